@@ -1,0 +1,55 @@
+// Element-wise reduction kernels for every Loom data type and operation.
+//
+// One entry point, reduce(), combines an incoming piece with a local one:
+//   dst[i] = post( in[i] (+) pre(local[i]) )
+// where (+) is the base operation (sum, prod, max, min), pre() multiplies by
+// the PreMulSum scalar when the reducer has one and kPre is set, and post()
+// divides by the rank count for Avg when kPost is set. With in == nullptr,
+// dst[i] = post(pre(local[i])). Integers wrap as in C (computed unsigned);
+// fp16, bf16, fp8 (e4m3, e5m2) compute in fp32 and round to nearest even
+// once per element; fp8 conversions saturate to the largest finite value.
+// dst may alias in or local exactly. Thread safe; no allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/loom.h"
+
+namespace loom::kernels {
+
+enum class BaseOp : uint8_t { Sum, Prod, Max, Min };
+
+enum ReduceFlags : uint32_t { kPre = 1, kPost = 2 };
+
+struct Reducer {
+  loomDataType_t dtype = loomFloat32;
+  BaseOp op = BaseOp::Sum;
+  bool hasScale = false;       // PreMulSum
+  alignas(8) unsigned char scalar[8] = {};  // the scalar, encoded as dtype
+  int postDivide = 0;          // Avg: divide results by this (0 or 1: no post-op)
+};
+
+// Bytes per element; 0 for an unknown type.
+size_t typeSize(loomDataType_t dtype);
+bool validType(int dtype);
+
+// A reducer for a built-in op (sum, prod, max, min, avg) over nranks ranks.
+Reducer makeReducer(loomDataType_t dtype, loomRedOp_t op, int nranks);
+// A PreMulSum reducer; scalar points to one value of dtype.
+Reducer makePreMulSum(loomDataType_t dtype, const void* scalar);
+
+void reduce(const Reducer& r, void* dst, const void* in, const void* local, size_t n,
+            uint32_t flags);
+
+// Scalar conversions (exposed for tests and the verifier's references).
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bf16ToFloat(uint16_t h);
+uint16_t floatToBf16(float f);
+float e4m3ToFloat(uint8_t v);
+uint8_t floatToE4m3(float f);
+float e5m2ToFloat(uint8_t v);
+uint8_t floatToE5m2(float f);
+
+}  // namespace loom::kernels

@@ -1,0 +1,105 @@
+#include "algorithms/schedule.h"
+
+#include <sstream>
+
+namespace loom::algo {
+
+const char* collName(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "allreduce";
+    case Coll::Broadcast: return "broadcast";
+    case Coll::Reduce: return "reduce";
+    case Coll::AllGather: return "allgather";
+    case Coll::ReduceScatter: return "reducescatter";
+    case Coll::AllToAll: return "alltoall";
+  }
+  return "?";
+}
+
+const char* stepOpName(StepOp op) {
+  switch (op) {
+    case StepOp::Send: return "send";
+    case StepOp::Recv: return "recv";
+    case StepOp::RecvReduceSend: return "recvReduceSend";
+    case StepOp::RecvReduceCopy: return "recvReduceCopy";
+    case StepOp::RecvReduceCopySend: return "recvReduceCopySend";
+    case StepOp::RecvCopySend: return "recvCopySend";
+    case StepOp::Copy: return "copy";
+  }
+  return "?";
+}
+
+bool stepRecvs(StepOp op) { return op != StepOp::Send && op != StepOp::Copy; }
+bool stepSends(StepOp op) {
+  return op == StepOp::Send || op == StepOp::RecvReduceSend || op == StepOp::RecvReduceCopySend ||
+         op == StepOp::RecvCopySend;
+}
+bool stepReads(StepOp op) {
+  return op == StepOp::Send || op == StepOp::RecvReduceSend || op == StepOp::RecvReduceCopy ||
+         op == StepOp::RecvReduceCopySend || op == StepOp::Copy;
+}
+bool stepWrites(StepOp op) {
+  return op == StepOp::Recv || op == StepOp::RecvReduceCopy || op == StepOp::RecvReduceCopySend ||
+         op == StepOp::RecvCopySend || op == StepOp::Copy;
+}
+
+size_t numPieces(size_t count, size_t elemSize, size_t slotBytes) {
+  if (count == 0) return 0;
+  size_t perSlot = slotBytes / elemSize;
+  if (perSlot == 0) perSlot = 1;
+  return (count + perSlot - 1) / perSlot;
+}
+
+void pieceRange(size_t count, size_t pieces, size_t p, size_t* start, size_t* len) {
+  // Equal pieces, the remainder spread over the first ones: every piece of a
+  // step is within one element of the others, so all fit one slot.
+  size_t base = count / pieces, rem = count % pieces;
+  *start = p * base + (p < rem ? p : rem);
+  *len = base + (p < rem ? 1 : 0);
+}
+
+void chunkRange(size_t count, int n, int c, size_t* offset, size_t* len) {
+  pieceRange(count, static_cast<size_t>(n), static_cast<size_t>(c), offset, len);
+}
+
+std::string toJson(const Schedule& s) {
+  std::ostringstream o;
+  o << "{\"coll\":\"" << collName(s.coll) << "\",\"algorithm\":\"" << s.algorithm
+    << "\",\"rank\":" << s.rank << ",\"nranks\":" << s.nranks << ",\"root\":" << s.root
+    << ",\"count\":" << s.count << ",\"channels\":[";
+  for (size_t c = 0; c < s.channels.size(); ++c) {
+    o << (c ? "," : "") << "[";
+    for (size_t i = 0; i < s.channels[c].size(); ++i) {
+      const Step& st = s.channels[c][i];
+      o << (i ? "," : "") << "{\"op\":\"" << stepOpName(st.op) << "\"";
+      if (st.recvPeer >= 0) o << ",\"recvPeer\":" << st.recvPeer;
+      if (st.sendPeer >= 0) o << ",\"sendPeer\":" << st.sendPeer;
+      if (stepReads(st.op))
+        o << ",\"src\":[\"" << (st.src.buf == Buf::Send ? "send" : "recv") << "\","
+          << st.src.offset << "]";
+      if (stepWrites(st.op))
+        o << ",\"dst\":[\"" << (st.dst.buf == Buf::Send ? "send" : "recv") << "\","
+          << st.dst.offset << "]";
+      o << ",\"count\":" << st.count;
+      if (st.flags) o << ",\"flags\":" << static_cast<int>(st.flags);
+      o << "}";
+    }
+    o << "]";
+  }
+  o << "]}";
+  return o.str();
+}
+
+Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inPlace) {
+  switch (coll) {
+    case Coll::AllReduce: return buildRingAllReduce(rank, nranks, count);
+    case Coll::AllGather: return buildRingAllGather(rank, nranks, count);
+    case Coll::ReduceScatter: return buildRingReduceScatter(rank, nranks, count);
+    case Coll::Broadcast: return buildChainBroadcast(rank, nranks, root, count, inPlace);
+    case Coll::Reduce: return buildChainReduce(rank, nranks, root, count);
+    case Coll::AllToAll: return buildDirectAllToAll(rank, nranks, count);
+  }
+  return Schedule{};
+}
+
+}  // namespace loom::algo

@@ -1,0 +1,103 @@
+// The schedule IR: what one rank does for one collective, as data.
+//
+// An algorithm never moves bytes. Its builder emits a Schedule: for each
+// channel, an ordered list of primitive Steps over element ranges of the
+// operation's buffers. One executor (src/exec) runs every schedule; the
+// verifier (verifier.h) runs all ranks' schedules symbolically.
+//
+// Execution model, shared by the executor and the verifier:
+//  * A step moving `count` elements is cut into numPieces() pieces of at most
+//    one transport slot each; pieceRange() gives piece p's element range. Both
+//    ends of a transfer compute the same pieces from the same count.
+//  * Steps run round-major: for round p = 0, 1, ..., every step that has a
+//    piece p runs it, in step order. Each piece of a send fills one slot of
+//    the FIFO to the peer; each piece of a receive consumes one.
+//  * A step's receive completes before its send starts (recv-reduce-send
+//    writes the reduced piece straight into the outgoing slot).
+// Builders are pure functions of their arguments: no I/O, no globals.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom::algo {
+
+enum class Coll : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll };
+const char* collName(Coll c);
+
+enum class StepOp : uint8_t {
+  Send,                // send src
+  Recv,                // dst = in
+  RecvReduceSend,      // send (in (+) src)
+  RecvReduceCopy,      // dst = in (+) src
+  RecvReduceCopySend,  // dst = in (+) src; send dst
+  RecvCopySend,        // dst = in; send in
+  Copy,                // dst = src (applying kPre / kPost)
+};
+const char* stepOpName(StepOp op);
+bool stepRecvs(StepOp op);
+bool stepSends(StepOp op);
+bool stepReads(StepOp op);   // uses src
+bool stepWrites(StepOp op);  // writes dst
+
+// Which buffer of the operation a range lives in.
+enum class Buf : uint8_t { Send = 0, Recv = 1 };
+
+struct BufRef {
+  Buf buf = Buf::Send;
+  size_t offset = 0;  // in elements
+};
+
+enum StepFlags : uint8_t {
+  kPre = 1,   // src is this rank's own input: apply the op's pre-scale (PreMulSum)
+  kPost = 2,  // the result is final: apply the op's post-op (Avg divides by nranks)
+};
+
+struct Step {
+  StepOp op = StepOp::Copy;
+  int recvPeer = -1;  // rank received from, -1 if none
+  int sendPeer = -1;  // rank sent to, -1 if none
+  BufRef src;         // local operand (Send, *Reduce*, Copy)
+  BufRef dst;         // local result (Recv, *Copy*)
+  size_t count = 0;   // elements
+  uint8_t flags = 0;
+};
+
+struct Schedule {
+  Coll coll = Coll::AllReduce;
+  const char* algorithm = "ring";
+  int rank = 0;
+  int nranks = 1;
+  int root = -1;
+  size_t count = 0;  // the collective's count argument
+  std::vector<std::vector<Step>> channels;  // channels[c] = ordered steps
+};
+
+// Pieces of a step of `count` elements of `elemSize` bytes with slots of
+// `slotBytes`: 0 when count is 0, else ceil(bytes / slotBytes).
+size_t numPieces(size_t count, size_t elemSize, size_t slotBytes);
+// Piece p's range [*start, *start + *len) within the step's count elements.
+void pieceRange(size_t count, size_t pieces, size_t p, size_t* start, size_t* len);
+
+// JSON, one object per schedule (used by LOOM_SCHEDULE_DUMP and golden files).
+std::string toJson(const Schedule& s);
+
+// Elements of chunk c when count elements are split into n near-equal chunks.
+void chunkRange(size_t count, int n, int c, size_t* offset, size_t* len);
+
+// Builders (ring.cc, chain.cc, direct.cc). `count` is the argument of the C
+// call (per-rank count for AllGather, ReduceScatter and AllToAll).
+Schedule buildRingAllReduce(int rank, int nranks, size_t count);
+Schedule buildRingAllGather(int rank, int nranks, size_t count);
+Schedule buildRingReduceScatter(int rank, int nranks, size_t count);
+Schedule buildChainBroadcast(int rank, int nranks, int root, size_t count, bool inPlace);
+Schedule buildChainReduce(int rank, int nranks, int root, size_t count);
+Schedule buildDirectAllToAll(int rank, int nranks, size_t count);
+// Dispatches on coll (root ignored where meaningless).
+Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inPlace);
+
+}  // namespace loom::algo

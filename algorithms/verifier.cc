@@ -1,0 +1,640 @@
+#include "algorithms/verifier.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom::algo {
+namespace {
+
+// One symbolic element. Its contributor set lives beside it, in `words`
+// 64-bit words per element (see Cells).
+struct Val {
+  uint32_t index = 0;  // element index in the contributors' send buffers
+  uint16_t pre = 0;    // contributions pre-scaled (each at most once)
+  uint8_t post = 0;    // times the post-op was applied
+  uint8_t valid = 0;   // 0: undefined (never written)
+};
+
+// A run of symbolic elements with their contributor bitsets.
+struct Cells {
+  std::vector<Val> v;
+  std::vector<uint64_t> bits;
+  void resize(size_t n, size_t words) {
+    v.assign(n, Val{});
+    bits.assign(n * words, 0);
+  }
+};
+
+// One piece in flight on a FIFO.
+struct Msg {
+  size_t len = 0;
+  size_t step = 0;  // the sender's step and piece, for error messages
+  size_t piece = 0;
+  Cells data;
+};
+
+// The slots of one directed pair on one channel.
+struct Fifo {
+  int channel = 0, from = 0, to = 0;
+  size_t head = 0, size = 0;
+  std::vector<Msg> slots;
+};
+
+struct ChannelState {
+  std::vector<std::pair<uint32_t, uint32_t>> order;  // (step, piece), round-major
+  size_t pos = 0;
+  std::vector<size_t> pieces;           // per step
+  std::vector<int> recvFifo, sendFifo;  // per step, -1 if none
+  bool queued = false;
+};
+
+struct RankState {
+  Cells mem;  // the rank's buffers, aliased as the collective defines in place
+  size_t sendBase = 0, sendSize = 0, recvBase = 0, recvSize = 0;
+  std::vector<ChannelState> ch;
+  // Channel race tracking (only with several channels): per element, the
+  // channel that wrote it and the channel that read it (-2: several), or -1.
+  std::vector<int16_t> writer, reader;
+};
+
+enum class Fire { kFired, kBlocked, kDone, kError };
+
+std::string rankSet(const uint64_t* bits, int n) {
+  std::ostringstream o;
+  o << "{";
+  bool first = true;
+  for (int r = 0; r < n;) {
+    if (!(bits[r / 64] >> (r % 64) & 1)) {
+      ++r;
+      continue;
+    }
+    int e = r;
+    while (e + 1 < n && (bits[(e + 1) / 64] >> ((e + 1) % 64) & 1)) ++e;
+    o << (first ? "" : ",") << r;
+    if (e > r) o << "-" << e;
+    first = false;
+    r = e + 1;
+  }
+  o << "}";
+  return o.str();
+}
+
+const char* bufName(Buf b) { return b == Buf::Send ? "send" : "recv"; }
+
+class Simulator {
+ public:
+  Simulator(const std::vector<Schedule>& s, const VerifyOptions& o) : s_(s), opt_(o) {}
+
+  VerifyResult run() {
+    VerifyResult res;
+    if (setup() && simulate() && checkFifos() && checkOutputs()) res.ok = true;
+    res.error = error_;
+    res.messages = messages_;
+    return res;
+  }
+
+ private:
+  bool fail(const std::string& e) {
+    if (error_.empty()) error_ = e;
+    return false;
+  }
+
+  std::string stepName(int r, size_t c, size_t i) const {
+    const Step& st = s_[r].channels[c][i];
+    std::ostringstream o;
+    o << "rank " << r << " channel " << c << " step " << i << " (" << stepOpName(st.op);
+    if (st.recvPeer >= 0) o << " from " << st.recvPeer;
+    if (st.sendPeer >= 0) o << " to " << st.sendPeer;
+    o << ", " << st.count << " elements)";
+    return o.str();
+  }
+
+  std::string where(int r, size_t c, size_t i, size_t p) const {
+    return stepName(r, c, i) + " piece " + std::to_string(p);
+  }
+
+  std::string describe(const Val& v, const uint64_t* bits) const {
+    if (!v.valid) return "undefined";
+    std::ostringstream o;
+    o << "{index " << v.index << ", ranks " << rankSet(bits, n_) << ", pre-scaled " << v.pre
+      << ", post-op " << static_cast<int>(v.post) << "}";
+    return o.str();
+  }
+
+  // Buffer sizes and aliasing per collective; initial values.
+  bool setupRank(int r) {
+    RankState& rs = ranks_[r];
+    const size_t c = count_, n = static_cast<size_t>(n_);
+    const bool isRoot = r == root_;
+    switch (coll_) {
+      case Coll::AllReduce:
+      case Coll::Broadcast:
+        rs.sendSize = rs.recvSize = c;
+        break;
+      case Coll::Reduce:
+        rs.sendSize = c;
+        rs.recvSize = isRoot ? c : 0;
+        break;
+      case Coll::AllGather:
+        rs.sendSize = c;
+        rs.recvSize = n * c;
+        break;
+      case Coll::ReduceScatter:
+        rs.sendSize = n * c;
+        rs.recvSize = c;
+        break;
+      case Coll::AllToAll:
+        rs.sendSize = rs.recvSize = n * c;
+        break;
+    }
+    size_t storage = rs.sendSize + rs.recvSize;
+    rs.sendBase = 0;
+    rs.recvBase = rs.sendSize;
+    if (opt_.inPlace) {
+      storage = std::max(rs.sendSize, rs.recvSize);
+      rs.recvBase = 0;
+      if (coll_ == Coll::AllGather) rs.sendBase = static_cast<size_t>(r) * c;
+      if (coll_ == Coll::ReduceScatter) rs.recvBase = static_cast<size_t>(r) * c;
+    }
+    if (storage > UINT32_MAX) return fail("buffers too large to verify");
+    rs.mem.resize(storage, words_);
+    if (coll_ != Coll::Broadcast || isRoot) {
+      for (size_t k = 0; k < rs.sendSize; ++k) {
+        Val& v = rs.mem.v[rs.sendBase + k];
+        v.valid = 1;
+        v.index = static_cast<uint32_t>(k);
+        rs.mem.bits[(rs.sendBase + k) * words_ + r / 64] = uint64_t{1} << (r % 64);
+      }
+    }
+    if (multiChannel_) {
+      rs.writer.assign(storage, -1);
+      rs.reader.assign(storage, -1);
+    }
+    return true;
+  }
+
+  bool checkRange(int r, size_t c, size_t i, const char* what, BufRef ref, size_t count) {
+    const RankState& rs = ranks_[r];
+    size_t size = ref.buf == Buf::Send ? rs.sendSize : rs.recvSize;
+    if (ref.offset <= size && count <= size - ref.offset) return true;
+    std::ostringstream o;
+    o << stepName(r, c, i) << ": " << what << " " << bufName(ref.buf) << "[" << ref.offset << ", "
+      << ref.offset + count << ") is outside the " << bufName(ref.buf) << " buffer (" << size
+      << " elements";
+    if (coll_ == Coll::Reduce && ref.buf == Buf::Recv && r != root_)
+      o << "; a non-root rank of reduce has no receive buffer";
+    o << ")";
+    return fail(o.str());
+  }
+
+  int fifoIndex(size_t c, int from, int to) {
+    uint64_t key = (static_cast<uint64_t>(c) * n_ + from) * n_ + to;
+    if (fifoOf_[key] >= 0) return fifoOf_[key];
+    Fifo f;
+    f.channel = static_cast<int>(c);
+    f.from = from;
+    f.to = to;
+    f.slots.resize(opt_.fifoDepth);
+    fifos_.push_back(std::move(f));
+    int idx = static_cast<int>(fifos_.size() - 1);
+    fifoOf_[key] = idx;
+    return idx;
+  }
+
+  bool setupStep(int r, size_t c, size_t i) {
+    const Step& st = s_[r].channels[c][i];
+    ChannelState& cs = ranks_[r].ch[c];
+    if (static_cast<unsigned>(st.op) > static_cast<unsigned>(StepOp::Copy))
+      return fail("rank " + std::to_string(r) + " channel " + std::to_string(c) + " step " +
+                  std::to_string(i) + ": invalid op");
+    const bool recvs = stepRecvs(st.op), sends = stepSends(st.op);
+    auto badPeer = [&](const char* what, int peer, bool used) {
+      std::ostringstream o;
+      o << stepName(r, c, i) << ": " << what << " " << peer;
+      if (!used)
+        o << " is set on a step that does not " << (what[0] == 'r' ? "receive" : "send");
+      else if (peer == r)
+        o << " is the rank itself";
+      else
+        o << " is not a rank of the " << n_ << "-rank communicator";
+      return fail(o.str());
+    };
+    if (recvs && (st.recvPeer < 0 || st.recvPeer >= n_ || st.recvPeer == r))
+      return badPeer("recvPeer", st.recvPeer, true);
+    if (!recvs && st.recvPeer != -1) return badPeer("recvPeer", st.recvPeer, false);
+    if (sends && (st.sendPeer < 0 || st.sendPeer >= n_ || st.sendPeer == r))
+      return badPeer("sendPeer", st.sendPeer, true);
+    if (!sends && st.sendPeer != -1) return badPeer("sendPeer", st.sendPeer, false);
+    if ((st.flags & ~(kPre | kPost)) != 0) return fail(stepName(r, c, i) + ": unknown flags");
+    if ((st.flags & kPre) && !stepReads(st.op))
+      return fail(stepName(r, c, i) + ": kPre on a step that has no src operand");
+    if (stepReads(st.op) && !checkRange(r, c, i, "src", st.src, st.count)) return false;
+    if (stepWrites(st.op)) {
+      if (st.dst.buf != Buf::Recv)
+        return fail(stepName(r, c, i) + ": writes the send buffer, which is read-only");
+      if (!checkRange(r, c, i, "dst", st.dst, st.count)) return false;
+    }
+    cs.pieces[i] = numPieces(st.count, opt_.elemSize, opt_.slotBytes);
+    cs.recvFifo[i] = recvs ? fifoIndex(c, st.recvPeer, r) : -1;
+    cs.sendFifo[i] = sends ? fifoIndex(c, r, st.sendPeer) : -1;
+    return true;
+  }
+
+  bool setup() {
+    n_ = static_cast<int>(s_.size());
+    if (n_ == 0) return fail("no schedules");
+    if (opt_.elemSize == 0 || opt_.slotBytes == 0 || opt_.fifoDepth == 0)
+      return fail("elemSize, slotBytes and fifoDepth must be positive");
+    const Schedule& s0 = s_[0];
+    coll_ = s0.coll;
+    count_ = s0.count;
+    root_ = s0.root;
+    words_ = (static_cast<size_t>(n_) + 63) / 64;
+    const bool rooted = coll_ == Coll::Broadcast || coll_ == Coll::Reduce;
+    if (rooted && (root_ < 0 || root_ >= n_))
+      return fail("root " + std::to_string(root_) + " is not a rank of the " + std::to_string(n_) +
+                  "-rank communicator");
+    if (opt_.inPlace && coll_ == Coll::AllToAll) return fail("alltoall has no in-place form");
+    for (int r = 0; r < n_; ++r) {
+      const Schedule& s = s_[r];
+      std::string who = "schedule " + std::to_string(r);
+      if (s.rank != r) return fail(who + " has rank " + std::to_string(s.rank));
+      if (s.nranks != n_)
+        return fail(who + " has nranks " + std::to_string(s.nranks) + ", but there are " +
+                    std::to_string(n_) + " schedules");
+      if (s.coll != coll_)
+        return fail(who + " is " + collName(s.coll) + ", not " + collName(coll_));
+      if (s.count != count_) return fail(who + " has count " + std::to_string(s.count));
+      if (rooted && s.root != root_) return fail(who + " has root " + std::to_string(s.root));
+      if (s.channels.size() != s0.channels.size())
+        return fail(who + " has " + std::to_string(s.channels.size()) + " channels, schedule 0 " +
+                    std::to_string(s0.channels.size()));
+    }
+    multiChannel_ = s0.channels.size() > 1;
+    const uint64_t pairs = static_cast<uint64_t>(s0.channels.size()) * n_ * n_;
+    if (pairs > (uint64_t{1} << 26)) return fail("too many ranks and channels to verify");
+    fifoOf_.assign(pairs, -1);
+    ranks_.resize(n_);
+    for (int r = 0; r < n_; ++r) {
+      if (!setupRank(r)) return false;
+      RankState& rs = ranks_[r];
+      rs.ch.resize(s_[r].channels.size());
+      for (size_t c = 0; c < rs.ch.size(); ++c) {
+        ChannelState& cs = rs.ch[c];
+        const auto& steps = s_[r].channels[c];
+        cs.pieces.assign(steps.size(), 0);
+        cs.recvFifo.assign(steps.size(), -1);
+        cs.sendFifo.assign(steps.size(), -1);
+        for (size_t i = 0; i < steps.size(); ++i)
+          if (!setupStep(r, c, i)) return false;
+        // Round-major order: round p runs piece p of every step that has one.
+        std::vector<uint32_t> active(steps.size());
+        for (size_t i = 0; i < steps.size(); ++i) active[i] = static_cast<uint32_t>(i);
+        for (uint32_t p = 0; !active.empty(); ++p) {
+          size_t keep = 0;
+          for (uint32_t i : active) {
+            if (cs.pieces[i] <= p) continue;
+            cs.order.emplace_back(i, p);
+            active[keep++] = i;
+          }
+          active.resize(keep);
+        }
+      }
+    }
+    return true;
+  }
+
+  // Channel race bookkeeping for element `idx` of rank r.
+  bool touch(int r, size_t c, size_t i, size_t p, size_t idx, bool write) {
+    RankState& rs = ranks_[r];
+    const int16_t ch = static_cast<int16_t>(c);
+    int16_t& w = rs.writer[idx];
+    int16_t& rd = rs.reader[idx];
+    bool race = (w != -1 && w != ch) || (write && rd != -1 && rd != ch);
+    if (race) {
+      std::ostringstream o;
+      o << where(r, static_cast<size_t>(c), i, p) << ": " << (write ? "writes" : "reads")
+        << " element " << idx << " of the rank's buffers, which channel "
+        << (w != -1 && w != ch ? w : rd) << " also uses (channels race)";
+      return fail(o.str());
+    }
+    if (write)
+      w = ch;
+    else
+      rd = (rd == -1 || rd == ch) ? ch : -2;
+    return true;
+  }
+
+  size_t base(const RankState& rs, Buf b) const {
+    return b == Buf::Send ? rs.sendBase : rs.recvBase;
+  }
+
+  // scratch = src piece, applying kPre.
+  bool load(int r, size_t c, size_t i, size_t p, const Step& st, size_t start, size_t len) {
+    RankState& rs = ranks_[r];
+    const size_t b = base(rs, st.src.buf) + st.src.offset + start;
+    const size_t W = words_;
+    scratch_.v.resize(len);
+    scratch_.bits.resize(len * W);
+    for (size_t k = 0; k < len; ++k) {
+      const Val& v = rs.mem.v[b + k];
+      if (!v.valid) {
+        std::ostringstream o;
+        o << where(r, c, i, p) << ": reads src " << bufName(st.src.buf) << "["
+          << st.src.offset + start + k << "], which is undefined";
+        return fail(o.str());
+      }
+      if (multiChannel_ && !touch(r, c, i, p, b + k, false)) return false;
+      scratch_.v[k] = v;
+      const uint64_t* from = &rs.mem.bits[(b + k) * W];
+      uint64_t* to = &scratch_.bits[k * W];
+      for (size_t w = 0; w < W; ++w) to[w] = from[w];
+      if (st.flags & kPre) {
+        Val& s = scratch_.v[k];
+        bool own = s.pre == 0 && s.post == 0 && (to[r / 64] >> (r % 64) & 1);
+        for (size_t w = 0; own && w < W; ++w)
+          own = to[w] == (w == static_cast<size_t>(r) / 64 ? uint64_t{1} << (r % 64) : 0);
+        if (!own) {
+          std::ostringstream o;
+          o << where(r, c, i, p) << ": kPre on src " << bufName(st.src.buf) << "["
+            << st.src.offset + start + k << "] = " << describe(s, to)
+            << ", which is not this rank's own unscaled input"
+            << (s.pre ? " (a contribution would be pre-scaled twice)" : "");
+          return fail(o.str());
+        }
+        s.pre = 1;
+      }
+    }
+    return true;
+  }
+
+  // scratch = in (+) scratch, element-wise.
+  bool reduce(int r, size_t c, size_t i, size_t p, const Msg& in) {
+    const size_t W = words_;
+    for (size_t k = 0; k < in.len; ++k) {
+      const Val& a = in.data.v[k];
+      Val& b = scratch_.v[k];
+      const uint64_t* ab = &in.data.bits[k * W];
+      uint64_t* bb = &scratch_.bits[k * W];
+      const char* why = nullptr;
+      if (!a.valid)
+        why = "the received value is undefined";
+      else if (a.index != b.index)
+        why = "the values have different source indices";
+      else if (a.post || b.post)
+        why = "a value already has the post-op applied";
+      for (size_t w = 0; !why && w < W; ++w)
+        if (ab[w] & bb[w]) why = "the contributor sets overlap (a contribution is reduced twice)";
+      if (why) {
+        std::ostringstream o;
+        o << where(r, c, i, p) << ": element " << k << " of the piece: cannot reduce received "
+          << describe(a, ab) << " (from rank " << s_[r].channels[c][i].recvPeer << " step "
+          << in.step << ") with local " << describe(b, bb) << ": " << why;
+        return fail(o.str());
+      }
+      b.pre = static_cast<uint16_t>(b.pre + a.pre);
+      for (size_t w = 0; w < W; ++w) bb[w] |= ab[w];
+    }
+    return true;
+  }
+
+  bool applyPost(int r, size_t c, size_t i, size_t p) {
+    for (size_t k = 0; k < scratch_.v.size(); ++k) {
+      Val& v = scratch_.v[k];
+      if (v.post) {
+        std::ostringstream o;
+        o << where(r, c, i, p) << ": element " << k << " of the piece: post-op applied twice to "
+          << describe(v, &scratch_.bits[k * words_]);
+        return fail(o.str());
+      }
+      v.post = 1;
+    }
+    return true;
+  }
+
+  bool store(int r, size_t c, size_t i, size_t p, const Step& st, size_t start) {
+    RankState& rs = ranks_[r];
+    const size_t b = base(rs, st.dst.buf) + st.dst.offset + start;
+    const size_t W = words_;
+    for (size_t k = 0; k < scratch_.v.size(); ++k) {
+      if (multiChannel_ && !touch(r, c, i, p, b + k, true)) return false;
+      rs.mem.v[b + k] = scratch_.v[k];
+      for (size_t w = 0; w < W; ++w) rs.mem.bits[(b + k) * W + w] = scratch_.bits[k * W + w];
+    }
+    return true;
+  }
+
+  void enqueue(int r, size_t c) {
+    ChannelState& cs = ranks_[r].ch[c];
+    if (cs.queued || cs.pos == cs.order.size()) return;
+    cs.queued = true;
+    queue_.emplace_back(r, c);
+  }
+
+  // Runs the next piece of rank r's channel c if both its FIFOs allow.
+  Fire fire(int r, size_t c) {
+    ChannelState& cs = ranks_[r].ch[c];
+    if (cs.pos == cs.order.size()) return Fire::kDone;
+    const auto [i, p] = cs.order[cs.pos];
+    const Step& st = s_[r].channels[c][i];
+    size_t start, len;
+    pieceRange(st.count, cs.pieces[i], p, &start, &len);
+    Fifo* in = cs.recvFifo[i] >= 0 ? &fifos_[cs.recvFifo[i]] : nullptr;
+    Fifo* out = cs.sendFifo[i] >= 0 ? &fifos_[cs.sendFifo[i]] : nullptr;
+    if (in && in->size == 0) return Fire::kBlocked;
+    if (out && out->size == opt_.fifoDepth) return Fire::kBlocked;
+    Msg* m = in ? &in->slots[in->head] : nullptr;
+    if (m && m->len != len) {
+      std::ostringstream o;
+      o << where(r, c, i, p) << " expects " << len << " elements, but the piece from rank "
+        << st.recvPeer << " (" << stepName(st.recvPeer, c, m->step) << " piece " << m->piece
+        << ") has " << m->len << " (size mismatch)";
+      fail(o.str());
+      return Fire::kError;
+    }
+    bool ok = true;
+    switch (st.op) {
+      case StepOp::Send:
+      case StepOp::Copy:
+        ok = load(r, c, i, p, st, start, len);
+        break;
+      case StepOp::Recv:
+      case StepOp::RecvCopySend:
+        // Sent values were all defined when loaded: take the piece as it is.
+        std::swap(scratch_, m->data);
+        break;
+      case StepOp::RecvReduceSend:
+      case StepOp::RecvReduceCopy:
+      case StepOp::RecvReduceCopySend:
+        ok = load(r, c, i, p, st, start, len) && reduce(r, c, i, p, *m);
+        break;
+    }
+    if (ok && (st.flags & kPost)) ok = applyPost(r, c, i, p);
+    if (ok && stepWrites(st.op)) ok = store(r, c, i, p, st, start);
+    if (!ok) return Fire::kError;
+    if (in) {
+      in->head = (in->head + 1) % opt_.fifoDepth;
+      --in->size;
+      enqueue(in->from, c);
+    }
+    if (out) {
+      Msg& slot = out->slots[(out->head + out->size) % opt_.fifoDepth];
+      slot.len = len;
+      slot.step = i;
+      slot.piece = p;
+      std::swap(slot.data, scratch_);
+      ++out->size;
+      ++messages_;
+      enqueue(out->to, c);
+    }
+    ++cs.pos;
+    return Fire::kFired;
+  }
+
+  bool simulate() {
+    for (int r = 0; r < n_; ++r)
+      for (size_t c = 0; c < ranks_[r].ch.size(); ++c) enqueue(r, c);
+    while (!queue_.empty()) {
+      auto [r, c] = queue_.front();
+      queue_.pop_front();
+      ranks_[r].ch[c].queued = false;
+      Fire f;
+      while ((f = fire(r, c)) == Fire::kFired) {
+      }
+      if (f == Fire::kError) return false;
+    }
+    std::ostringstream o;
+    size_t stuck = 0;
+    for (int r = 0; r < n_; ++r)
+      for (size_t c = 0; c < ranks_[r].ch.size(); ++c) {
+        const ChannelState& cs = ranks_[r].ch[c];
+        if (cs.pos == cs.order.size()) continue;
+        const auto [i, p] = cs.order[cs.pos];
+        const Step& st = s_[r].channels[c][i];
+        o << (stuck++ ? "; " : "") << where(r, c, i, p);
+        if (cs.recvFifo[i] >= 0 && fifos_[cs.recvFifo[i]].size == 0) {
+          o << " waits for a piece from rank " << st.recvPeer;
+          for (const Fifo& f : fifos_)
+            if (f.to == r && f.channel == static_cast<int>(c) && f.size > 0)
+              o << " (while " << f.size << " piece(s) from rank " << f.from << ", first sent by "
+                << "its step " << f.slots[f.head].step << ", wait unreceived)";
+        } else {
+          o << " waits for a free slot to rank " << st.sendPeer << " (" << opt_.fifoDepth
+            << " full)";
+        }
+      }
+    if (stuck) return fail("deadlock: " + o.str());
+    return true;
+  }
+
+  bool checkFifos() {
+    for (const Fifo& f : fifos_) {
+      if (f.size == 0) continue;
+      const Msg& m = f.slots[f.head];
+      std::ostringstream o;
+      o << f.size << " piece(s) sent by rank " << f.from << " to rank " << f.to << " on channel "
+        << f.channel << " are never received (first: " << stepName(f.from, f.channel, m.step)
+        << " piece " << m.piece << ")";
+      return fail(o.str());
+    }
+    return true;
+  }
+
+  // Checks recv[at] of rank r against {index, contributors (all ranks or just
+  // `only`), pre-scaled, post-op} as the collective defines it.
+  bool expect(int r, size_t at, size_t index, int only) {
+    const RankState& rs = ranks_[r];
+    const Val& v = rs.mem.v[rs.recvBase + at];
+    const uint64_t* bits = &rs.mem.bits[(rs.recvBase + at) * words_];
+    const bool reduced = only < 0;
+    bool ok =
+        v.valid && v.index == index && v.pre == (reduced ? n_ : 0) && v.post == (reduced ? 1 : 0);
+    for (size_t w = 0; ok && w < words_; ++w) {
+      uint64_t want;
+      if (reduced) {
+        size_t lo = w * 64, hi = std::min(lo + 64, static_cast<size_t>(n_));
+        want = hi - lo == 64 ? ~uint64_t{0} : (uint64_t{1} << (hi - lo)) - 1;
+      } else {
+        want = static_cast<size_t>(only) / 64 == w ? uint64_t{1} << (only % 64) : 0;
+      }
+      ok = bits[w] == want;
+    }
+    if (ok) return true;
+    std::ostringstream o;
+    o << collName(coll_) << ": rank " << r << " recv[" << at << "] is " << describe(v, bits)
+      << ", but should be {index " << index << ", ranks ";
+    if (reduced)
+      o << "{0-" << n_ - 1 << "}, pre-scaled " << n_ << ", post-op 1}";
+    else
+      o << "{" << only << "}, pre-scaled 0, post-op 0}";
+    if (v.valid && reduced) {
+      std::vector<uint64_t> missing(words_);
+      for (int q = 0; q < n_; ++q)
+        if (!(bits[q / 64] >> (q % 64) & 1)) missing[q / 64] |= uint64_t{1} << (q % 64);
+      std::string m = rankSet(missing.data(), n_);
+      if (m != "{}") o << " (missing contributions of ranks " << m << ")";
+    }
+    return fail(o.str());
+  }
+
+  bool checkOutputs() {
+    const size_t c = count_, n = static_cast<size_t>(n_);
+    for (int r = 0; r < n_; ++r) {
+      for (size_t k = 0; k < c; ++k) {
+        bool ok = true;
+        switch (coll_) {
+          case Coll::AllReduce:
+            ok = expect(r, k, k, -1);
+            break;
+          case Coll::Broadcast:
+            ok = expect(r, k, k, root_);
+            break;
+          case Coll::Reduce:
+            ok = r != root_ || expect(r, k, k, -1);
+            break;
+          case Coll::ReduceScatter:
+            ok = expect(r, k, static_cast<size_t>(r) * c + k, -1);
+            break;
+          case Coll::AllGather:
+            for (size_t j = 0; ok && j < n; ++j) ok = expect(r, j * c + k, k, static_cast<int>(j));
+            break;
+          case Coll::AllToAll:
+            for (size_t j = 0; ok && j < n; ++j)
+              ok = expect(r, j * c + k, static_cast<size_t>(r) * c + k, static_cast<int>(j));
+            break;
+        }
+        if (!ok) return false;
+      }
+    }
+    return true;
+  }
+
+  const std::vector<Schedule>& s_;
+  const VerifyOptions opt_;
+  int n_ = 0;
+  Coll coll_ = Coll::AllReduce;
+  size_t count_ = 0;
+  int root_ = -1;
+  size_t words_ = 1;
+  bool multiChannel_ = false;
+  std::vector<RankState> ranks_;
+  std::vector<Fifo> fifos_;
+  std::vector<int> fifoOf_;  // by (channel * n + from) * n + to; -1 until used
+  std::deque<std::pair<int, size_t>> queue_;
+  Cells scratch_;
+  size_t messages_ = 0;
+  std::string error_;
+};
+
+}  // namespace
+
+VerifyResult verify(const std::vector<Schedule>& schedules, const VerifyOptions& options) {
+  return Simulator(schedules, options).run();
+}
+
+}  // namespace loom::algo

@@ -1,0 +1,245 @@
+/// Loom: a collective communication runtime.
+///
+/// The public C API. It follows NCCL's shape (same argument order, same enum
+/// values) with the `loom` prefix, so a thin NCCL-compatible shim can forward
+/// to it. Usable from C and C++; needs no CUDA header.
+///
+/// Thread safety: a communicator may be used by one thread at a time, except
+/// loomCommAbort and loomCommGetAsyncError, which may be called from any
+/// thread at any moment. Group state (loomGroupStart/End) is per thread.
+///
+/// Host buffers passed with a NULL stream are complete when the call returns.
+#ifndef LOOM_LOOM_H_
+#define LOOM_LOOM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+/// Version as an integer: major * 10000 + minor * 100 + patch.
+#define LOOM_VERSION_CODE (LOOM_MAJOR * 10000 + LOOM_MINOR * 100 + LOOM_PATCH)
+
+/// Opaque communicator handle.
+typedef struct loomComm* loomComm_t;
+
+/// A CUDA stream; a cudaStream_t converts without a cast. Host buffers take NULL.
+typedef struct CUstream_st* loomStream_t;
+
+#define LOOM_UNIQUE_ID_BYTES 128
+/// Identifies one communicator's rendezvous: the root's address and a random secret.
+typedef struct {
+  char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+typedef enum {
+  loomSuccess = 0,
+  loomUnhandledCudaError = 1,
+  loomSystemError = 2,
+  loomInternalError = 3,
+  loomInvalidArgument = 4,
+  loomInvalidUsage = 5,
+  loomRemoteError = 6,
+  loomInProgress = 7,
+  loomTimeout = 8,
+  loomNumResults = 9
+} loomResult_t;
+
+typedef enum {
+  loomInt8 = 0,
+  loomChar = 0,
+  loomUint8 = 1,
+  loomInt32 = 2,
+  loomInt = 2,
+  loomUint32 = 3,
+  loomInt64 = 4,
+  loomUint64 = 5,
+  loomFloat16 = 6,
+  loomHalf = 6,
+  loomFloat32 = 7,
+  loomFloat = 7,
+  loomFloat64 = 8,
+  loomDouble = 8,
+  loomBfloat16 = 9,
+  loomFloat8e4m3 = 10,
+  loomFloat8e5m2 = 11,
+  loomNumTypes = 12
+} loomDataType_t;
+
+typedef enum {
+  loomSum = 0,
+  loomProd = 1,
+  loomMax = 2,
+  loomMin = 3,
+  loomAvg = 4,
+  loomNumOps = 5,
+  /// Operations made by loomRedOpCreatePreMulSum take values from here up.
+  loomMaxRedOp = 0x7fffffff
+} loomRedOp_t;
+
+/// Where the scalar of loomRedOpCreatePreMulSum lives (only host is supported).
+typedef enum {
+  loomScalarDevice = 0,
+  loomScalarHostImmediate = 1
+} loomScalarResidence_t;
+
+#define LOOM_CONFIG_MAGIC 0x4c4f4f4du /* "LOOM" */
+#define LOOM_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define LOOM_CONFIG_UNDEF_PTR NULL
+
+/// Per-communicator options. Start from LOOM_CONFIG_INITIALIZER; unset fields
+/// take their defaults (from the environment where a variable exists).
+typedef struct {
+  size_t size;          ///< sizeof(loomConfig_t), set by the initializer
+  unsigned int magic;   ///< LOOM_CONFIG_MAGIC
+  unsigned int version; ///< LOOM_VERSION_CODE
+  int blocking;         ///< 1 (default): calls return when done; 0: may return loomInProgress
+  const char* commName; ///< a name shown in logs and error messages
+  int timeoutMs;        ///< every wait fails with loomTimeout after this long (LOOM_TIMEOUT_MS)
+} loomConfig_t;
+
+#define LOOM_CONFIG_INITIALIZER                                                 \
+  {                                                                             \
+    sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE,                 \
+        LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_PTR, LOOM_CONFIG_UNDEF_INT     \
+  }
+
+/// Colour that leaves a rank out of every communicator made by loomCommSplit.
+#define LOOM_SPLIT_NOCOLOR (-1)
+
+/// @param version receives LOOM_VERSION_CODE.
+/// @return loomSuccess, or loomInvalidArgument when version is NULL.
+loomResult_t loomGetVersion(int* version);
+
+/// Makes a new unique id and starts its rendezvous root in this process (a
+/// background thread that ends once every rank has joined). With
+/// LOOM_COMM_ID=host:port set, rank 0 hosts the root there instead.
+/// @param uniqueId receives the id; pass it to every rank out of band.
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
+
+/// Creates this rank's communicator; blocks until all nranks ranks have joined.
+/// @param comm receives the communicator.
+/// @param nranks number of ranks (>= 1).
+/// @param commId the id from loomGetUniqueId, the same on every rank.
+/// @param rank this rank, in [0, nranks).
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
+
+/// As loomCommInitRank, with options.
+/// @param config options, or NULL for the defaults.
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t* config);
+
+/// Creates ndev communicators, one per rank, as ranks of this one process.
+/// @param comms array of ndev communicators to fill.
+/// @param ndev number of ranks (>= 1).
+/// @param devlist CUDA devices, or NULL (rank i takes device i, or none without a GPU).
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
+
+/// Splits comm by colour; ranks of one colour form a new communicator ordered
+/// by key, then by old rank. Collective over comm.
+/// @param color non-negative colour, or LOOM_SPLIT_NOCOLOR (newcomm gets NULL).
+/// @param key ordering key.
+/// @param newcomm receives the new communicator.
+/// @param config options for the new communicator, or NULL.
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config);
+
+/// Completes outstanding operations; the communicator can then only be destroyed.
+loomResult_t loomCommFinalize(loomComm_t comm);
+
+/// Frees the communicator. comm must not be used afterwards.
+loomResult_t loomCommDestroy(loomComm_t comm);
+
+/// Aborts outstanding operations (from any thread) and frees the communicator.
+/// Peers waiting on this rank see loomRemoteError.
+loomResult_t loomCommAbort(loomComm_t comm);
+
+/// @param asyncError receives the communicator's stored error (loomSuccess if none).
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+
+/// @param count receives the number of ranks.
+loomResult_t loomCommCount(const loomComm_t comm, int* count);
+
+/// @param device receives the CUDA device of this rank, -1 without a GPU.
+loomResult_t loomCommCuDevice(const loomComm_t comm, int* device);
+
+/// @param rank receives this rank.
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
+
+/// @return a static text for a result code.
+const char* loomGetErrorString(loomResult_t result);
+
+/// @return the message of the last error on this thread (naming the argument or
+/// peer at fault), or "" when there was none. comm may be NULL.
+const char* loomGetLastError(loomComm_t comm);
+
+/// Makes a reduction that multiplies each input by *scalar, then sums.
+/// @param op receives the new operation.
+/// @param scalar points to one value of datatype, on the host.
+/// @param datatype the type of the scalar and of the data it will reduce.
+/// @param residence must be loomScalarHostImmediate.
+/// @param comm the communicator the operation belongs to.
+loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
+                                      loomScalarResidence_t residence, loomComm_t comm);
+
+/// Frees an operation made by loomRedOpCreatePreMulSum.
+loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
+
+/// recvbuff[i] = op over ranks of sendbuff[i]. In place when sendbuff == recvbuff.
+/// @param count elements in each buffer.
+loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           loomStream_t stream);
+
+/// Copies root's sendbuff to every rank's recvbuff.
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm,
+                           loomStream_t stream);
+
+/// Reduces every rank's sendbuff into root's recvbuff.
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                        loomStream_t stream);
+
+/// recvbuff[r * sendcount ...] = rank r's sendbuff. In place when
+/// sendbuff == recvbuff + rank * sendcount.
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+
+/// recvbuff = op over ranks of sendbuff[rank * recvcount ...]. In place when
+/// recvbuff == sendbuff + rank * recvcount.
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream);
+
+/// recvbuff[r * count ...] = rank r's sendbuff[rank * count ...].
+loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+
+/// Sends count elements to peer; matched in order with peer's loomRecv.
+loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+
+/// Receives count elements from peer.
+loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+
+/// Returns once every rank of comm has entered the barrier.
+loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
+
+/// Starts a group: the calls up to the matching loomGroupEnd are issued together.
+loomResult_t loomGroupStart(void);
+
+/// Ends a group and runs its operations (on host buffers, to completion).
+loomResult_t loomGroupEnd(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // LOOM_LOOM_H_

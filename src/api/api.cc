@@ -1,0 +1,525 @@
+// The C API: argument checks, communicator handles, and the guard that keeps
+// every exception and failure inside a result code and a last-error text.
+#include "api/api.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_set>
+
+#include "bootstrap/unique_id.h"
+#include "util/log.h"
+
+namespace loom::api {
+namespace {
+
+thread_local std::string tLastError;
+
+std::mutex& registryMutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<loomComm*>& registry() {
+  static std::unordered_set<loomComm*> r;
+  return r;
+}
+
+std::string str(long long v) { return std::to_string(v); }
+
+Status checkType(loomDataType_t dt) {
+  if (!kernels::validType(static_cast<int>(dt)))
+    return LOOM_ERROR(loomInvalidArgument,
+                      "datatype: unknown data type " + str(static_cast<int>(dt)));
+  return Status::ok();
+}
+
+Status checkOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
+  int v = static_cast<int>(op);
+  if (v >= 0 && v < loomNumOps) return Status::ok();
+  size_t idx = static_cast<size_t>(v) - loomNumOps;
+  if (v < 0 || idx >= comm.userOps().size() || !comm.userOps()[idx])
+    return LOOM_ERROR(loomInvalidArgument, "op: unknown reduction operation " + str(v));
+  if (comm.userOps()[idx]->dtype != dt)
+    return LOOM_ERROR(loomInvalidArgument, "op: PreMulSum operation " + str(v) +
+                                               " was made for another datatype");
+  return Status::ok();
+}
+
+// bytes = count * multiple * typeSize without overflow.
+Status checkCount(size_t count, size_t multiple, loomDataType_t dt, const char* arg) {
+  size_t es = kernels::typeSize(dt);
+  if (multiple != 0 && count > SIZE_MAX / multiple / es)
+    return LOOM_ERROR(loomInvalidArgument,
+                      std::string(arg) + ": " + std::to_string(count) +
+                          " elements overflow size_t when multiplied by the type size" +
+                          (multiple > 1 ? " and the rank count" : ""));
+  return Status::ok();
+}
+
+Status checkBuf(const void* p, size_t count, const char* arg) {
+  if (p == nullptr && count > 0)
+    return LOOM_ERROR(loomInvalidArgument, std::string(arg) + ": NULL with count " +
+                                               std::to_string(count) + " > 0");
+  return Status::ok();
+}
+
+Status checkRank(int r, int n, const char* arg) {
+  if (r < 0 || r >= n)
+    return LOOM_ERROR(loomInvalidArgument,
+                      std::string(arg) + ": " + str(r) + " is outside [0, " + str(n) + ")");
+  return Status::ok();
+}
+
+// Checks shared by every collective; returns the communicator.
+Result<Comm*> checkCommon(loomComm* h, loomDataType_t dt) {
+  LOOM_ASSIGN(Comm * comm, lookup(h));
+  LOOM_CHECK(checkType(dt));
+  return comm;
+}
+
+Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
+                const loomConfig_t* config, int cudaDev) {
+  if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "comm: NULL output pointer");
+  *out = nullptr;
+  if (nranks < 1) return LOOM_ERROR(loomInvalidArgument, "nranks: " + str(nranks) + " < 1");
+  LOOM_CHECK(checkRank(rank, nranks, "rank"));
+  LOOM_ASSIGN(auto parsed, bootstrap::parseUniqueId(id));
+  (void)parsed;
+  LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
+  opts.cudaDev = cudaDev;
+  LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts));
+  auto* h = new loomComm{std::move(impl)};
+  registerComm(h);
+  *out = h;
+  return Status::ok();
+}
+
+}  // namespace
+
+void setLastError(const std::string& message) { tLastError = message; }
+
+loomResult_t guard(const char* fn, const std::function<Status()>& f) {
+  try {
+    Status s = f();
+    if (s.isOk()) return loomSuccess;
+    setLastError(std::string(fn) + ": " + s.message());
+    LOOM_INFO(kAll, "%s failed: %s", fn, s.message().c_str());
+    return s.code();
+  } catch (const std::bad_alloc&) {
+    setLastError(std::string(fn) + ": out of memory");
+    return loomSystemError;
+  } catch (const std::exception& e) {
+    setLastError(std::string(fn) + ": internal error: " + e.what());
+    return loomInternalError;
+  } catch (...) {
+    setLastError(std::string(fn) + ": internal error (unknown exception)");
+    return loomInternalError;
+  }
+}
+
+void registerComm(loomComm* c) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  registry().insert(c);
+}
+
+void unregisterComm(loomComm* c) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  registry().erase(c);
+}
+
+Result<Comm*> lookup(loomComm* c, const char* argName) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  if (c == nullptr || registry().count(c) == 0 || !c->impl)
+    return LOOM_ERROR(loomInvalidArgument,
+                      std::string(argName) + ": NULL or destroyed communicator");
+  return c->impl.get();
+}
+
+const char* lastError() { return tLastError.c_str(); }
+
+Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr) return LOOM_ERROR(loomInvalidArgument, "comms: NULL");
+  if (ndev < 1) return LOOM_ERROR(loomInvalidArgument, "ndev: " + str(ndev) + " < 1");
+  loomUniqueId id;
+  LOOM_CHECK(bootstrap::makeLocalUniqueId(&id));
+  std::vector<Status> results(static_cast<size_t>(ndev));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; ++i) {
+    comms[i] = nullptr;
+    threads.emplace_back([&, i] {
+      results[static_cast<size_t>(i)] =
+          initRank(&comms[i], ndev, id, i, nullptr, devlist != nullptr ? devlist[i] : -1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].isOk()) continue;
+    for (int j = 0; j < ndev; ++j) {
+      if (comms[j] == nullptr) continue;
+      unregisterComm(comms[j]);
+      delete comms[j];
+      comms[j] = nullptr;
+    }
+    return results[i].prefix("rank " + std::to_string(i) + ": ");
+  }
+  return Status::ok();
+}
+
+Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomConfig_t* config) {
+  LOOM_ASSIGN(Comm * comm, lookup(h));
+  if (newcomm == nullptr) return LOOM_ERROR(loomInvalidArgument, "newcomm: NULL");
+  *newcomm = nullptr;
+  if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
+    return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
+  LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
+  if (config == nullptr) opts = comm->options();
+  std::lock_guard<std::mutex> lock(comm->opMutex());
+  const int n = comm->nranks();
+  std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
+  LOOM_CHECK(comm->bootstrap().allGather(mine.data(), all.data(), sizeof(int32_t) * 2));
+  // Members of my colour, ordered by key then old rank.
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r)
+    if (color != LOOM_SPLIT_NOCOLOR && all[2 * static_cast<size_t>(r)] == color)
+      members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[2 * static_cast<size_t>(a) + 1] < all[2 * static_cast<size_t>(b) + 1];
+  });
+  // Each colour's first member makes the new id; everyone learns all ids.
+  loomUniqueId id{};
+  const bool leader = !members.empty() && members[0] == comm->rank();
+  if (leader) LOOM_CHECK(bootstrap::makeLocalUniqueId(&id));
+  std::vector<loomUniqueId> ids(static_cast<size_t>(n));
+  LOOM_CHECK(comm->bootstrap().allGather(&id, ids.data(), sizeof(loomUniqueId)));
+  if (members.empty()) return Status::ok();
+  int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank()) -
+                                 members.begin());
+  LOOM_ASSIGN(auto impl, Comm::create(ids[static_cast<size_t>(members[0])],
+                                      static_cast<int>(members.size()), newRank, opts));
+  auto* nh = new loomComm{std::move(impl)};
+  registerComm(nh);
+  *newcomm = nh;
+  return Status::ok();
+}
+
+Status destroy(loomComm* h, bool abort) {
+  LOOM_ASSIGN(Comm * comm, lookup(h));
+  if (abort) comm->abort();
+  {
+    // Wait for an operation running on another thread to leave.
+    std::lock_guard<std::mutex> lock(comm->opMutex());
+  }
+  unregisterComm(h);
+  delete h;
+  return Status::ok();
+}
+
+}  // namespace loom::api
+
+using loom::Status;
+using loom::api::Call;
+using loom::api::guard;
+using loom::api::lookup;
+namespace algo = loom::algo;
+
+namespace {
+
+Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t count,
+                  loomDataType_t dt, loomRedOp_t op, int root, loomComm* h) {
+  using namespace loom::api;
+  LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
+  const int n = comm->nranks();
+  const int rank = comm->rank();
+  const bool reduces = coll == algo::Coll::AllReduce || coll == algo::Coll::Reduce ||
+                       coll == algo::Coll::ReduceScatter;
+  if (reduces) LOOM_CHECK(checkOp(*comm, op, dt));
+  const bool rooted = coll == algo::Coll::Broadcast || coll == algo::Coll::Reduce;
+  if (rooted) LOOM_CHECK(checkRank(root, n, "root"));
+  const size_t many = static_cast<size_t>(n);
+  switch (coll) {
+    case algo::Coll::AllReduce:
+      LOOM_CHECK(checkCount(count, 1, dt, "count"));
+      LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+      LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      break;
+    case algo::Coll::Broadcast:
+      LOOM_CHECK(checkCount(count, 1, dt, "count"));
+      if (rank == root) LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+      LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      break;
+    case algo::Coll::Reduce:
+      LOOM_CHECK(checkCount(count, 1, dt, "count"));
+      LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+      if (rank == root) LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      break;
+    case algo::Coll::AllGather:
+      LOOM_CHECK(checkCount(count, many, dt, "sendcount"));
+      LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+      LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      break;
+    case algo::Coll::ReduceScatter:
+      LOOM_CHECK(checkCount(count, many, dt, "recvcount"));
+      LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+      LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      break;
+    case algo::Coll::AllToAll:
+      LOOM_CHECK(checkCount(count, many, dt, "count"));
+      LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+      LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      if (count > 0 && n > 1 && sendbuff == recvbuff)
+        return LOOM_ERROR(loomInvalidArgument,
+                          "recvbuff: all-to-all cannot run in place (sendbuff == recvbuff)");
+      break;
+  }
+  Call c;
+  c.kind = Call::Collective;
+  c.coll = coll;
+  c.sendbuff = sendbuff;
+  c.recvbuff = recvbuff;
+  c.count = count;
+  c.dtype = dt;
+  c.op = op;
+  c.root = root;
+  c.comm = h;
+  return submit(c);
+}
+
+Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType_t dt, int peer,
+                    loomComm* h) {
+  using namespace loom::api;
+  LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
+  LOOM_CHECK(checkRank(peer, comm->nranks(), "peer"));
+  LOOM_CHECK(checkCount(count, 1, dt, "count"));
+  LOOM_CHECK(checkBuf(buf, count, kind == Call::Send ? "sendbuff" : "recvbuff"));
+  Call c;
+  c.kind = kind;
+  c.sendbuff = buf;
+  c.recvbuff = const_cast<void*>(buf);
+  c.count = count;
+  c.dtype = dt;
+  c.root = peer;
+  c.comm = h;
+  return submit(c);
+}
+
+}  // namespace
+
+extern "C" {
+
+loomResult_t loomGetVersion(int* version) {
+  return guard("loomGetVersion", [&] {
+    if (version == nullptr) return LOOM_ERROR(loomInvalidArgument, "version: NULL");
+    *version = LOOM_VERSION_CODE;
+    return Status::ok();
+  });
+}
+
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
+  return guard("loomGetUniqueId", [&] {
+    if (uniqueId == nullptr) return LOOM_ERROR(loomInvalidArgument, "uniqueId: NULL");
+    return loom::bootstrap::makeUniqueId(uniqueId);
+  });
+}
+
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
+  return guard("loomCommInitRank",
+               [&] { return loom::api::initRank(comm, nranks, commId, rank, nullptr, -1); });
+}
+
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t* config) {
+  return guard("loomCommInitRankConfig",
+               [&] { return loom::api::initRank(comm, nranks, commId, rank, config, -1); });
+}
+
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
+  return guard("loomCommInitAll", [&] { return loom::api::initAll(comms, ndev, devlist); });
+}
+
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config) {
+  return guard("loomCommSplit",
+               [&] { return loom::api::split(comm, color, key, newcomm, config); });
+}
+
+loomResult_t loomCommFinalize(loomComm_t comm) {
+  return guard("loomCommFinalize", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    std::lock_guard<std::mutex> lock(c->opMutex());
+    return c->asyncError();
+  });
+}
+
+loomResult_t loomCommDestroy(loomComm_t comm) {
+  return guard("loomCommDestroy", [&] { return loom::api::destroy(comm, false); });
+}
+
+loomResult_t loomCommAbort(loomComm_t comm) {
+  return guard("loomCommAbort", [&] { return loom::api::destroy(comm, true); });
+}
+
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
+  return guard("loomCommGetAsyncError", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (asyncError == nullptr) return LOOM_ERROR(loomInvalidArgument, "asyncError: NULL");
+    *asyncError = c->asyncError().code();
+    return Status::ok();
+  });
+}
+
+loomResult_t loomCommCount(const loomComm_t comm, int* count) {
+  return guard("loomCommCount", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (count == nullptr) return LOOM_ERROR(loomInvalidArgument, "count: NULL");
+    *count = c->nranks();
+    return Status::ok();
+  });
+}
+
+loomResult_t loomCommCuDevice(const loomComm_t comm, int* device) {
+  return guard("loomCommCuDevice", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (device == nullptr) return LOOM_ERROR(loomInvalidArgument, "device: NULL");
+    *device = c->options().cudaDev;
+    return Status::ok();
+  });
+}
+
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
+  return guard("loomCommUserRank", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (rank == nullptr) return LOOM_ERROR(loomInvalidArgument, "rank: NULL");
+    *rank = c->rank();
+    return Status::ok();
+  });
+}
+
+const char* loomGetErrorString(loomResult_t result) {
+  switch (result) {
+    case loomSuccess: return "no error";
+    case loomUnhandledCudaError: return "unhandled cuda error (run with LOOM_DEBUG=INFO for details)";
+    case loomSystemError: return "unhandled system error (run with LOOM_DEBUG=INFO for details)";
+    case loomInternalError: return "internal error - please report this issue to the Loom developers";
+    case loomInvalidArgument: return "invalid argument (run with LOOM_DEBUG=WARN for details)";
+    case loomInvalidUsage: return "invalid usage (run with LOOM_DEBUG=WARN for details)";
+    case loomRemoteError: return "remote process exited or there was a network error";
+    case loomInProgress: return "operation in progress";
+    case loomTimeout: return "operation timed out";
+    default: return "unknown result code";
+  }
+}
+
+const char* loomGetLastError(loomComm_t comm) {
+  (void)comm;
+  return loom::api::lastError();
+}
+
+loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
+                                      loomScalarResidence_t residence, loomComm_t comm) {
+  return guard("loomRedOpCreatePreMulSum", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (op == nullptr) return LOOM_ERROR(loomInvalidArgument, "op: NULL");
+    if (scalar == nullptr) return LOOM_ERROR(loomInvalidArgument, "scalar: NULL");
+    LOOM_CHECK(loom::api::checkType(datatype));
+    if (residence != loomScalarHostImmediate)
+      return LOOM_ERROR(loomInvalidArgument,
+                        "residence: only loomScalarHostImmediate is supported for host buffers");
+    auto& ops = c->userOps();
+    size_t idx = 0;
+    while (idx < ops.size() && ops[idx]) ++idx;
+    if (idx == ops.size()) ops.emplace_back();
+    ops[idx] = std::make_unique<loom::kernels::Reducer>(
+        loom::kernels::makePreMulSum(datatype, scalar));
+    *op = static_cast<loomRedOp_t>(loomNumOps + static_cast<int>(idx));
+    return Status::ok();
+  });
+}
+
+loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
+  return guard("loomRedOpDestroy", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    int v = static_cast<int>(op);
+    size_t idx = static_cast<size_t>(v) - loomNumOps;
+    if (v < loomNumOps || idx >= c->userOps().size() || !c->userOps()[idx])
+      return LOOM_ERROR(loomInvalidArgument,
+                        "op: " + std::to_string(v) + " is not a live PreMulSum operation");
+    c->userOps()[idx].reset();
+    return Status::ok();
+  });
+}
+
+loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           loomStream_t stream) {
+  return guard("loomAllReduce", [&] {
+    return collective(algo::Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, comm);
+  });
+}
+
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm,
+                           loomStream_t stream) {
+  return guard("loomBroadcast", [&] {
+    return collective(algo::Coll::Broadcast, sendbuff, recvbuff, count, datatype, loomSum, root,
+                      comm);
+  });
+}
+
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                        loomStream_t stream) {
+  return guard("loomReduce", [&] {
+    return collective(algo::Coll::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+  });
+}
+
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  return guard("loomAllGather", [&] {
+    return collective(algo::Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, loomSum, -1,
+                      comm);
+  });
+}
+
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream) {
+  return guard("loomReduceScatter", [&] {
+    return collective(algo::Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1,
+                      comm);
+  });
+}
+
+loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  return guard("loomAllToAll", [&] {
+    return collective(algo::Coll::AllToAll, sendbuff, recvbuff, count, datatype, loomSum, -1,
+                      comm);
+  });
+}
+
+loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream) {
+  return guard("loomSend",
+               [&] { return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm); });
+}
+
+loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream) {
+  return guard("loomRecv",
+               [&] { return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm); });
+}
+
+loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream) {
+  return guard("loomBarrier", [&]() -> Status {
+    // A one-byte all-reduce over the data connections: when it returns,
+    // every rank has entered the barrier.
+    static thread_local uint8_t cell[2];
+    return collective(algo::Coll::AllReduce, &cell[0], &cell[1], 1, loomUint8, loomMax, -1, comm);
+  });
+}
+
+}  // extern "C"

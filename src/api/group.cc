@@ -1,0 +1,185 @@
+// Groups and the running of queued calls.
+//
+// loomGroupStart/End nest per thread. Calls made inside a group are queued
+// and run at the outermost loomGroupEnd: per communicator, its sends and
+// receives progress together (so a ring of sends and receives cannot
+// deadlock), then its collectives run in call order. Calls on several
+// communicators (loomCommInitAll's ranks) run on one thread each, so one
+// thread can drive every rank of the process.
+#include <map>
+#include <thread>
+
+#include "api/api.h"
+#include "exec/executor.h"
+#include "util/env.h"
+#include "util/log.h"
+#include "util/wait.h"
+
+#include <cstdio>
+#include <mutex>
+
+namespace loom::api {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<Call> calls;
+};
+thread_local GroupState tGroup;
+
+Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
+  if (c.coll != algo::Coll::AllReduce && c.coll != algo::Coll::Reduce &&
+      c.coll != algo::Coll::ReduceScatter)
+    return kernels::Reducer{};
+  if (static_cast<int>(c.op) < loomNumOps)
+    return kernels::makeReducer(c.dtype, c.op, comm.nranks());
+  size_t idx = static_cast<size_t>(c.op) - loomNumOps;
+  if (idx >= comm.userOps().size() || !comm.userOps()[idx])
+    return LOOM_ERROR(loomInvalidArgument, "op: reduction operation was destroyed");
+  kernels::Reducer r = *comm.userOps()[idx];
+  if (r.dtype != c.dtype)
+    return LOOM_ERROR(loomInvalidArgument, "op: PreMulSum operation was made for another datatype");
+  return r;
+}
+
+bool isInPlace(const Comm& comm, const Call& c, size_t esize) {
+  const char* s = static_cast<const char*>(c.sendbuff);
+  const char* r = static_cast<const char*>(c.recvbuff);
+  const size_t rk = static_cast<size_t>(comm.rank());
+  switch (c.coll) {
+    case algo::Coll::AllGather: return s == r + rk * c.count * esize;
+    case algo::Coll::ReduceScatter: return r == s + rk * c.count * esize;
+    default: return s == r;
+  }
+}
+
+void dumpSchedule(const algo::Schedule& s) {
+  const std::string& path = env::scheduleDump();
+  if (path.empty()) return;
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  if (FILE* f = std::fopen(path.c_str(), "a")) {
+    std::fprintf(f, "%s\n", algo::toJson(s).c_str());
+    std::fclose(f);
+  }
+}
+
+Status runCollective(Comm& comm, const Call& c) {
+  exec::OpArgs op;
+  op.name = algo::collName(c.coll);
+  op.seq = comm.nextSeq();
+  op.sendbuff = c.sendbuff;
+  op.recvbuff = c.recvbuff;
+  op.elemSize = kernels::typeSize(c.dtype);
+  LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
+  op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+  algo::Schedule s = algo::build(c.coll, comm.rank(), comm.nranks(), c.root, c.count,
+                                 isInPlace(comm, c, op.elemSize));
+  dumpSchedule(s);
+  return exec::run(comm, s, op);
+}
+
+Status runLocked(Comm& comm, const std::vector<Call>& calls) {
+  Status prior = comm.asyncError();
+  if (!prior.isOk())
+    return Status(prior.code(), comm.describe() + ": communicator failed earlier: " +
+                                    prior.message());
+  std::vector<exec::P2POp> p2p;
+  for (const Call& c : calls) {
+    if (c.kind == Call::Collective) continue;
+    exec::P2POp o;
+    o.isSend = c.kind == Call::Send;
+    o.peer = c.root;
+    o.buf = o.isSend ? const_cast<char*>(static_cast<const char*>(c.sendbuff))
+                     : static_cast<char*>(c.recvbuff);
+    o.bytes = c.count * kernels::typeSize(c.dtype);
+    p2p.push_back(o);
+  }
+  Status s;
+  if (!p2p.empty()) {
+    exec::OpArgs op;
+    op.name = "sendrecv";
+    op.seq = comm.nextSeq();
+    op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+    s = exec::runP2P(comm, p2p, op);
+  }
+  for (const Call& c : calls) {
+    if (!s.isOk()) break;
+    if (c.kind == Call::Collective) s = runCollective(comm, c);
+  }
+  if (!s.isOk() && s.code() != loomInvalidArgument) {
+    LOOM_WARN(kExec, "%s", s.message().c_str());
+    comm.fail(s);
+  }
+  return s;
+}
+
+}  // namespace
+
+bool inGroup() { return tGroup.depth > 0; }
+
+Status runOnComm(Comm& comm, const std::vector<Call>& calls) {
+  std::lock_guard<std::mutex> lock(comm.opMutex());
+  log::setThreadRank(comm.rank());
+  return runLocked(comm, calls);
+}
+
+Status submit(const Call& call) {
+  if (inGroup()) {
+    tGroup.calls.push_back(call);
+    return Status::ok();
+  }
+  LOOM_ASSIGN(Comm * comm, lookup(call.comm));
+  return runOnComm(*comm, {call});
+}
+
+namespace {
+
+Status runGroup(std::vector<Call> calls) {
+  std::vector<loomComm*> order;
+  std::map<loomComm*, std::vector<Call>> byComm;
+  for (const Call& c : calls) {
+    if (byComm.count(c.comm) == 0) order.push_back(c.comm);
+    byComm[c.comm].push_back(c);
+  }
+  std::vector<Comm*> comms;
+  for (loomComm* h : order) {
+    LOOM_ASSIGN(Comm * c, lookup(h));
+    comms.push_back(c);
+  }
+  if (comms.size() == 1) return runOnComm(*comms[0], byComm[order[0]]);
+  std::vector<Status> results(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < comms.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = runOnComm(*comms[i], byComm[order[i]]); });
+  for (auto& t : threads) t.join();
+  for (const Status& s : results)
+    if (!s.isOk()) return s;
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace loom::api
+
+using loom::Status;
+using loom::api::guard;
+
+extern "C" loomResult_t loomGroupStart(void) {
+  return guard("loomGroupStart", [] {
+    ++loom::api::tGroup.depth;
+    return Status::ok();
+  });
+}
+
+extern "C" loomResult_t loomGroupEnd(void) {
+  return guard("loomGroupEnd", [] {
+    auto& g = loom::api::tGroup;
+    if (g.depth == 0)
+      return LOOM_ERROR(loomInvalidUsage, "loomGroupEnd: no matching loomGroupStart");
+    if (--g.depth > 0) return Status::ok();
+    std::vector<loom::api::Call> calls;
+    calls.swap(g.calls);
+    if (calls.empty()) return Status::ok();
+    return loom::api::runGroup(std::move(calls));
+  });
+}

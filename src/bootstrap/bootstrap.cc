@@ -1,0 +1,586 @@
+// Bootstrap::join and the ring of TCP connections a rank keeps afterwards.
+// The root's side of the rendezvous is in unique_id.cc; wire.h has the frames.
+#include "bootstrap/bootstrap.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <mutex>
+#include <thread>
+
+#include "bootstrap/unique_id.h"
+#include "bootstrap/wire.h"
+#include "util/env.h"
+#include "util/log.h"
+#include "util/net.h"
+
+namespace loom::bootstrap {
+namespace {
+
+std::atomic<RingListenHook> gRingListenHook{nullptr};
+
+// A rank: joins the root, then keeps a ring of two TCP connections.
+class Ring final : public Bootstrap {
+ public:
+  Ring(int rank, int nranks, const IdContents& id, int64_t timeoutMs,
+       const std::atomic<bool>* abortFlag)
+      : listener_(io_),
+        next_(io_),
+        prev_(io_),
+        rank_(rank),
+        nranks_(nranks),
+        id_(id),
+        timeoutMs_(timeoutMs),
+        abortFlag_(abortFlag) {}
+  ~Ring() override { closeRing(); }
+
+  Status link(const std::string& info);
+
+  int rank() const override { return rank_; }
+  int nranks() const override { return nranks_; }
+  const std::vector<std::string>& peerInfo() const override { return peerInfo_; }
+  const std::string& secret() const override { return id_.secret; }
+  uint64_t commHash() const override;
+  Status allGather(const void* mine, void* all, size_t bytes) override;
+  Status barrier() override;
+  void abort() override;
+
+ private:
+  struct Incoming {
+    Incoming(asio::io_context& io, tcp::socket s) : sock(std::move(s)), timer(io) {}
+    tcp::socket sock;
+    asio::steady_timer timer;
+    std::string remote;
+    unsigned char hello[kRingHelloBytes] = {};
+    bool open = true;
+  };
+  using IncomingPtr = std::shared_ptr<Incoming>;
+  // State of linkRing(), alive until its handlers have all run.
+  struct Linker {
+    explicit Linker(asio::io_context& io) : retry(io) {}
+    asio::steady_timer retry;
+    std::string hello;
+    unsigned char ack[4] = {};
+    bool nextDone = false, prevClaimed = false, prevDone = false, stopping = false;
+    Status failure;
+    std::vector<IncomingPtr> incoming;
+  };
+
+  int next() const { return (rank_ + 1) % nranks_; }
+  int prev() const { return (rank_ + nranks_ - 1) % nranks_; }
+  Limits limits() const {
+    return makeLimits("rank " + std::to_string(rank_), timeoutMs_, abortFlag_, &aborted_);
+  }
+  Status openListener();
+  Status await(tcp::socket& sock, const std::function<void(Done)>& op, const Limits& lim,
+               const std::function<std::string()>& what, error_code* ec);
+  Status connectRetry(tcp::socket& sock, const sockaddr_in& addr, const std::string& whom,
+                      const Limits& lim);
+  Status exchangeWithRoot(const std::string& info, const Limits& lim);
+  Status parseTable(const std::string& body, uint32_t n);
+  Status linkRing(const Limits& lim);
+  void connectNext(Linker& lk, const Limits& lim);
+  void acceptPrev(Linker& lk, const Limits& lim);
+  void onRingHello(Linker& lk, const IncomingPtr& in);
+  Status peerError(int peer, const error_code& ec, const std::string& during) const;
+  Status fail(Status s);
+  void closeRing();
+
+  asio::io_context io_;
+  tcp::acceptor listener_;
+  tcp::socket next_;
+  tcp::socket prev_;
+  int rank_;
+  int nranks_;
+  IdContents id_;
+  int64_t timeoutMs_;
+  const std::atomic<bool>* abortFlag_;
+  std::atomic<bool> aborted_{false};
+  sockaddr_in ringAddr_{};
+  std::vector<std::string> peerInfo_;
+  std::vector<sockaddr_in> ringAddrs_;
+  std::mutex fdMu_;  // guards the descriptors abort() may shut down from another thread
+  int nextFd_ = -1;
+  int prevFd_ = -1;
+  Status broken_;
+};
+
+Status Ring::openListener() {
+  LOOM_ASSIGN(std::string local, net::localAddress());
+  error_code ec;
+  tcp::endpoint ep(asio::ip::make_address_v4(local, ec), 0);
+  if (!ec) listener_.open(tcp::v4(), ec);
+  if (!ec) listener_.bind(ep, ec);
+  if (!ec) listener_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return LOOM_ERROR(loomSystemError, "bootstrap: rank " + std::to_string(rank_) +
+                                           " cannot listen on " + local + ": " + ec.message());
+  }
+  ringAddr_ = fromEndpoint(listener_.local_endpoint(ec));
+  RingListenHook hook = gRingListenHook.load();
+  if (hook != nullptr) hook(rank_, ringAddr_);
+  return Status::ok();
+}
+
+Status Ring::await(tcp::socket& sock, const std::function<void(Done)>& op, const Limits& lim,
+                   const std::function<std::string()>& what, error_code* ec) {
+  Pending p;
+  op(Done{&p});
+  Status s = waitFor(
+      io_, [&p] { return p.done; }, lim, what);
+  if (!s.isOk()) {
+    error_code ignored;
+    sock.close(ignored);
+    drain(io_);  // the handler points at p
+  }
+  *ec = p.ec;
+  return s;
+}
+
+Status Ring::connectRetry(tcp::socket& sock, const sockaddr_in& addr, const std::string& whom,
+                          const Limits& lim) {
+  tcp::endpoint ep = toEndpoint(addr);
+  std::string last = "none";
+  for (;;) {
+    error_code ec;
+    LOOM_CHECK(await(
+        sock, [&](Done d) { sock.async_connect(ep, d); }, lim,
+        [&] { return "connecting to " + whom + " (last error: " + last + ")"; }, &ec));
+    if (!ec) break;
+    if (!retryableConnect(ec)) {
+      return LOOM_ERROR(loomSystemError, "bootstrap: rank " + std::to_string(rank_) +
+                                             " cannot connect to " + whom + ": " + ec.message());
+    }
+    last = ec.message();
+    error_code ignored;
+    sock.close(ignored);
+    asio::steady_timer timer(io_, kRetryDelay);
+    LOOM_CHECK(await(
+        sock, [&](Done d) { timer.async_wait(d); }, lim,
+        [&] { return "connecting to " + whom + " (last error: " + last + ")"; }, &ec));
+  }
+  error_code ignored;
+  sock.set_option(tcp::no_delay(true), ignored);
+  return Status::ok();
+}
+
+Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
+  std::string where = "the root at " + net::toString(id_.root);
+  tcp::socket root(io_);
+  LOOM_CHECK(connectRetry(root, id_.root, where, lim));
+
+  std::string hello;
+  put32(hello, kHelloMagic);
+  hello += id_.secret;
+  put32(hello, static_cast<uint32_t>(rank_));
+  put32(hello, static_cast<uint32_t>(nranks_));
+  putAddr(hello, ringAddr_);
+  put32(hello, static_cast<uint32_t>(info.size()));
+  hello += info;
+  error_code ec;
+  LOOM_CHECK(await(
+      root, [&](Done d) { asio::async_write(root, asio::buffer(hello), d); }, lim,
+      [&] { return "sending its hello to " + where; }, &ec));
+
+  auto waiting = [&] {
+    return "waiting for the table from " + where + " (has every rank joined?)";
+  };
+  unsigned char header[kReplyHeaderBytes];
+  if (!ec) {
+    LOOM_CHECK(await(
+        root, [&](Done d) { asio::async_read(root, asio::buffer(header), d); }, lim, waiting, &ec));
+  }
+  if (ec) {
+    return LOOM_ERROR(loomRemoteError,
+                      "bootstrap: " + where + " closed the connection of rank " +
+                          std::to_string(rank_) + " (" + ec.message() +
+                          "); was the id used up already, or did the root time out?");
+  }
+  uint32_t magic = get32(header), a = get32(header + 4), len = get32(header + 8);
+  size_t limit = 0;
+  if (magic == kTableMagic && a == static_cast<uint32_t>(nranks_)) {
+    limit = static_cast<size_t>(nranks_) * (kEntryBytes + kMaxInfoBytes);
+  } else if (magic == kRefusalMagic) {
+    limit = kMaxRefusalBytes;
+  } else {
+    return LOOM_ERROR(loomRemoteError, "bootstrap: rank " + std::to_string(rank_) +
+                                           " got a malformed reply from " + where);
+  }
+  if (len > limit) {
+    return LOOM_ERROR(loomRemoteError, "bootstrap: " + where + " announced a reply of " +
+                                           std::to_string(len) + " bytes, over the limit");
+  }
+  std::string body(len, '\0');
+  if (len > 0) {
+    LOOM_CHECK(await(
+        root, [&](Done d) { asio::async_read(root, asio::buffer(&body[0], len), d); }, lim, waiting,
+        &ec));
+    if (ec) {
+      return LOOM_ERROR(loomRemoteError, "bootstrap: " + where + " closed the connection of rank " +
+                                             std::to_string(rank_) + " mid-reply");
+    }
+  }
+  if (magic == kRefusalMagic) {
+    loomResult_t code =
+        (a > 0 && a < loomNumResults) ? static_cast<loomResult_t>(a) : loomRemoteError;
+    return LOOM_ERROR(
+        code, "bootstrap: " + where + " refused rank " + std::to_string(rank_) + ": " + body);
+  }
+  return parseTable(body, a);
+}
+
+Status Ring::parseTable(const std::string& body, uint32_t n) {
+  const auto* p = reinterpret_cast<const unsigned char*>(body.data());
+  size_t pos = 0;
+  peerInfo_.assign(n, std::string());
+  ringAddrs_.assign(n, sockaddr_in{});
+  for (uint32_t r = 0; r < n; ++r) {
+    if (body.size() - pos < kEntryBytes) break;
+    ringAddrs_[r] = getAddr(p + pos);
+    uint32_t len = get32(p + pos + 8);
+    pos += kEntryBytes;
+    if (len > kMaxInfoBytes || body.size() - pos < len) break;
+    peerInfo_[r].assign(body, pos, len);
+    pos += len;
+    if (r + 1 == n && pos == body.size()) return Status::ok();
+  }
+  return LOOM_ERROR(loomRemoteError, "bootstrap: rank " + std::to_string(rank_) +
+                                         " got a malformed table from the root");
+}
+
+void Ring::connectNext(Linker& lk, const Limits& lim) {
+  next_.async_connect(toEndpoint(ringAddrs_[next()]), [this, &lk, &lim](const error_code& ec) {
+    if (lk.stopping) return;
+    if (ec) {
+      if (!retryableConnect(ec)) {
+        lk.failure = LOOM_ERROR(loomSystemError, "bootstrap: rank " + std::to_string(rank_) +
+                                                     " cannot connect to rank " +
+                                                     std::to_string(next()) + ": " + ec.message());
+        return;
+      }
+      error_code ignored;
+      next_.close(ignored);
+      lk.retry.expires_after(kRetryDelay);
+      lk.retry.async_wait([this, &lk, &lim](const error_code& e) {
+        if (!e && !lk.stopping) connectNext(lk, lim);
+      });
+      return;
+    }
+    error_code ignored;
+    next_.set_option(tcp::no_delay(true), ignored);
+    asio::async_write(next_, asio::buffer(lk.hello), [this, &lk](const error_code& e, size_t) {
+      if (lk.stopping) return;
+      if (e) {
+        lk.failure = peerError(next(), e, "linking the ring");
+        return;
+      }
+      asio::async_read(next_, asio::buffer(lk.ack), [this, &lk](const error_code& e2, size_t) {
+        if (lk.stopping) return;
+        if (e2) {
+          lk.failure = peerError(next(), e2, "linking the ring; did it refuse this rank?");
+        } else if (get32(lk.ack) != kRingAckMagic) {
+          lk.failure = LOOM_ERROR(loomRemoteError, "bootstrap: the ring listener of rank " +
+                                                       std::to_string(next()) + " answered rank " +
+                                                       std::to_string(rank_) +
+                                                       " with something other than Loom");
+        } else {
+          lk.nextDone = true;
+        }
+      });
+    });
+  });
+}
+
+void Ring::acceptPrev(Linker& lk, const Limits& lim) {
+  listener_.async_accept([this, &lk, &lim](const error_code& ec, tcp::socket sock) {
+    if (lk.stopping || lk.prevDone) return;
+    if (ec) {
+      LOOM_INFO(kBootstrap, "rank %d: ring accept failed: %s", rank_, ec.message().c_str());
+      lk.retry.expires_after(kRetryDelay);
+      lk.retry.async_wait([this, &lk, &lim](const error_code& e) {
+        if (!e && !lk.stopping) acceptPrev(lk, lim);
+      });
+      return;
+    }
+    auto in = std::make_shared<Incoming>(io_, std::move(sock));
+    in->remote = remoteOf(in->sock);
+    lk.incoming.push_back(in);
+    auto limit = std::min<Clock::duration>(kHandshake, lim.deadline - Clock::now());
+    in->timer.expires_after(limit);
+    in->timer.async_wait([this, in, limit](const error_code& e) {
+      if (e || !in->open) return;
+      LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: no complete hello within %s",
+                rank_, in->remote.c_str(), msString(limit).c_str());
+      in->open = false;
+      error_code ignored;
+      in->sock.close(ignored);
+    });
+    asio::async_read(
+        in->sock, asio::buffer(in->hello), [this, &lk, in](const error_code& e, size_t) {
+          if (lk.stopping || !in->open) return;
+          if (e) {
+            LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: %s", rank_,
+                      in->remote.c_str(),
+                      peerClosed(e) ? "closed before a complete hello" : e.message().c_str());
+            in->open = false;
+            in->timer.cancel();
+            error_code ignored;
+            in->sock.close(ignored);
+            return;
+          }
+          onRingHello(lk, in);
+        });
+    acceptPrev(lk, lim);
+  });
+}
+
+void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
+  std::string why;
+  int claimed = static_cast<int32_t>(get32(in->hello + 36));
+  if (get32(in->hello) != kRingMagic) {
+    why = "not a Loom ring hello (bad magic)";
+  } else if (!sameSecret(in->hello + 4, id_.secret)) {
+    why = "wrong secret";
+  } else if (claimed != prev()) {
+    why = "it claims rank " + std::to_string(claimed) + ", expected rank " + std::to_string(prev());
+  } else if (lk.prevClaimed) {
+    why = "rank " + std::to_string(prev()) + " is already connected";
+  }
+  in->timer.cancel();
+  if (!why.empty()) {
+    LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: %s", rank_, in->remote.c_str(),
+              why.c_str());
+    in->open = false;
+    error_code ignored;
+    in->sock.close(ignored);
+    return;
+  }
+  lk.prevClaimed = true;
+  asio::async_write(in->sock, asio::buffer(kRingAck), [this, &lk, in](const error_code& e, size_t) {
+    if (lk.stopping || !in->open) return;
+    if (e) {
+      lk.failure = peerError(prev(), e, "linking the ring");
+      return;
+    }
+    in->open = false;
+    prev_ = std::move(in->sock);
+    error_code ignored;
+    prev_.set_option(tcp::no_delay(true), ignored);
+    lk.prevDone = true;
+  });
+}
+
+Status Ring::linkRing(const Limits& lim) {
+  Linker lk(io_);
+  put32(lk.hello, kRingMagic);
+  lk.hello += id_.secret;
+  put32(lk.hello, static_cast<uint32_t>(rank_));
+  connectNext(lk, lim);
+  acceptPrev(lk, lim);
+  Status s = waitFor(
+      io_, [&lk] { return (lk.nextDone && lk.prevDone) || !lk.failure.isOk(); }, lim,
+      [&] {
+        return std::string("linking the ring: ") +
+               (lk.nextDone ? "" : "rank " + std::to_string(next()) + " has not answered; ") +
+               (lk.prevDone ? "" : "rank " + std::to_string(prev()) + " has not connected; ");
+      });
+  if (s.isOk()) s = lk.failure;
+  // Stop everything still in flight and let the handlers that refer to lk run.
+  lk.stopping = true;
+  error_code ignored;
+  listener_.close(ignored);
+  lk.retry.cancel();
+  for (const IncomingPtr& in : lk.incoming) {
+    if (in->open && lk.prevDone) {
+      LOOM_WARN(kBootstrap,
+                "rank %d: closed ring connection from %s: no complete hello by the "
+                "time the ring was linked",
+                rank_, in->remote.c_str());
+    }
+    in->open = false;
+    in->timer.cancel();
+    in->sock.close(ignored);
+  }
+  if (!s.isOk()) {
+    next_.close(ignored);
+    prev_.close(ignored);
+  }
+  drain(io_);
+  return s;
+}
+
+// The root, hosted by rank 0 under LOOM_COMM_ID, in a thread of its own.
+class RootThread {
+ public:
+  ~RootThread() { finish(true); }
+  Status start(const IdContents& id, int64_t timeoutMs) {
+    asio::io_context io;
+    tcp::acceptor acceptor(io);
+    error_code ec;
+    tcp::endpoint ep = toEndpoint(id.root);
+    acceptor.open(tcp::v4(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(ep, ec);
+    if (ec.value() == EADDRNOTAVAIL) {
+      ec.clear();  // a name for this host that is not one of its addresses: listen on all
+      acceptor.bind(tcp::endpoint(tcp::v4(), ep.port()), ec);
+    }
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    int fd = ec ? -1 : acceptor.release(ec);
+    if (ec || fd < 0) {
+      return LOOM_ERROR(loomSystemError, "bootstrap: rank 0 cannot host the root at LOOM_COMM_ID " +
+                                             net::toString(id.root) + ": " + ec.message());
+    }
+    std::string secret = id.secret;
+    thread_ = std::thread([this, fd, secret, timeoutMs] {
+      Status ignored = runRoot(fd, secret, timeoutMs, &stop_);  // it logs its failures
+      (void)ignored;
+    });
+    return Status::ok();
+  }
+  // Waits for the root; it is told to stop first when this rank failed.
+  void finish(bool stop) {
+    if (stop) stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+Status Ring::link(const std::string& info) {
+  Limits lim = limits();
+  if (nranks_ > 1) LOOM_CHECK(openListener());
+  RootThread root;
+  if (id_.rootOnRank0 && rank_ == 0) LOOM_CHECK(root.start(id_, timeoutMs_));
+  Status s = exchangeWithRoot(info, lim);
+  if (s.isOk() && nranks_ > 1) s = linkRing(lim);
+  root.finish(!s.isOk());
+  if (!s.isOk()) {
+    closeRing();
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(fdMu_);
+  if (nranks_ > 1) {
+    nextFd_ = next_.native_handle();
+    prevFd_ = prev_.native_handle();
+  }
+  std::string ring = nranks_ > 1 ? "; ring to " + net::toString(ringAddrs_[next()]) : "";
+  LOOM_INFO(kBootstrap, "rank %d of %d joined in %s%s", rank_, nranks_,
+            msString(Clock::now() - lim.start).c_str(), ring.c_str());
+  return Status::ok();
+}
+
+uint64_t Ring::commHash() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : id_.secret) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Status Ring::peerError(int peer, const error_code& ec, const std::string& during) const {
+  if (aborted_.load()) {
+    return LOOM_ERROR(loomInternalError,
+                      "bootstrap: rank " + std::to_string(rank_) + " aborted while " + during);
+  }
+  if (peerClosed(ec)) {
+    return LOOM_ERROR(loomRemoteError, "bootstrap: rank " + std::to_string(peer) +
+                                           " closed its connection (seen by rank " +
+                                           std::to_string(rank_) + " " + during + ")");
+  }
+  return LOOM_ERROR(loomRemoteError, "bootstrap: connection from rank " + std::to_string(rank_) +
+                                         " to rank " + std::to_string(peer) + " failed " + during +
+                                         ": " + ec.message());
+}
+
+Status Ring::allGather(const void* mine, void* all, size_t bytes) {
+  if (!broken_.isOk()) return broken_;
+  if (aborted_.load()) {
+    return fail(
+        LOOM_ERROR(loomInternalError, "bootstrap: rank " + std::to_string(rank_) + " was aborted"));
+  }
+  auto* out = static_cast<char*>(all);
+  if (bytes == 0) return Status::ok();
+  std::memmove(out + static_cast<size_t>(rank_) * bytes, mine, bytes);
+  if (nranks_ == 1) return Status::ok();
+  Limits lim = limits();
+  // Step s sends the block received in step s - 1 (first our own) to next and
+  // receives the block of rank - s - 1 from prev, both at once.
+  for (int step = 0; step < nranks_ - 1; ++step) {
+    size_t sendIdx = static_cast<size_t>((rank_ - step + nranks_) % nranks_);
+    size_t recvIdx = static_cast<size_t>((rank_ - step - 1 + 2 * nranks_) % nranks_);
+    Pending w, r;
+    asio::async_write(next_, asio::buffer(out + sendIdx * bytes, bytes), Done{&w});
+    asio::async_read(prev_, asio::buffer(out + recvIdx * bytes, bytes), Done{&r});
+    std::string during =
+        "in allGather step " + std::to_string(step + 1) + " of " + std::to_string(nranks_ - 1);
+    Status s = waitFor(
+        io_, [&] { return (w.done && r.done) || (w.done && w.ec) || (r.done && r.ec); }, lim,
+        [&] {
+          return during + (r.done ? "" : " waiting for rank " + std::to_string(prev())) +
+                 (w.done ? "" : " waiting to send to rank " + std::to_string(next()));
+        });
+    if (s.isOk() && r.ec) s = peerError(prev(), r.ec, during);
+    if (s.isOk() && w.ec) s = peerError(next(), w.ec, during);
+    if (!s.isOk()) return fail(s);
+  }
+  return Status::ok();
+}
+
+Status Ring::barrier() {
+  char token = 0;
+  std::vector<char> all(static_cast<size_t>(nranks_));
+  return allGather(&token, all.data(), 1);
+}
+
+void Ring::abort() {
+  aborted_.store(true);
+  std::lock_guard<std::mutex> lock(fdMu_);
+  if (nextFd_ >= 0) ::shutdown(nextFd_, SHUT_RDWR);
+  if (prevFd_ >= 0) ::shutdown(prevFd_, SHUT_RDWR);
+}
+
+void Ring::closeRing() {
+  std::lock_guard<std::mutex> lock(fdMu_);
+  nextFd_ = prevFd_ = -1;
+  error_code ignored;
+  next_.close(ignored);
+  prev_.close(ignored);
+}
+
+Status Ring::fail(Status s) {
+  closeRing();  // neighbours see the ring close and fail fast too
+  drain(io_);   // the pending handlers point into the caller's frame
+  broken_ = s;
+  return s;
+}
+
+}  // namespace
+
+void setRingListenHookForTest(RingListenHook hook) { gRingListenHook.store(hook); }
+
+Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const loomUniqueId& id, int rank, int nranks,
+                                                   const std::string& info, int64_t timeoutMs,
+                                                   const std::atomic<bool>* abortFlag) {
+  LOOM_ASSIGN(IdContents contents, parseUniqueId(id));
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return LOOM_ERROR(loomInvalidArgument, "bootstrap: rank " + std::to_string(rank) + " of " +
+                                               std::to_string(nranks) +
+                                               ": need nranks >= 1 and 0 <= rank < nranks");
+  }
+  if (info.size() > kMaxInfoBytes) {
+    return LOOM_ERROR(loomInvalidArgument, "bootstrap: info of " + std::to_string(info.size()) +
+                                               " bytes is over the limit of " +
+                                               std::to_string(kMaxInfoBytes));
+  }
+  if (timeoutMs <= 0) timeoutMs = env::timeoutMs();
+  auto ring = std::make_unique<Ring>(rank, nranks, contents, timeoutMs, abortFlag);
+  LOOM_CHECK(ring->link(info));
+  return std::unique_ptr<Bootstrap>(std::move(ring));
+}
+
+}  // namespace loom::bootstrap

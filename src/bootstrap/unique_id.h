@@ -1,0 +1,58 @@
+// The unique id: 128 opaque bytes that carry the rendezvous root's address, a
+// random secret and a checksum, so a corrupted id is rejected, not trusted.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "bootstrap/bootstrap.h"
+#include "loom/loom.h"
+#include "util/status.h"
+
+namespace loom::bootstrap {
+
+struct IdContents {
+  sockaddr_in root{};        // where the rendezvous root listens
+  std::string secret;        // kSecretBytes bytes
+  bool rootOnRank0 = false;  // LOOM_COMM_ID: rank 0 starts the root in join()
+};
+
+// Makes a fresh id. Without LOOM_COMM_ID, starts the root in a background
+// thread of this process (it ends when all ranks have joined or after the
+// timeout). With LOOM_COMM_ID=host:port, the id names that address, the
+// secret comes from LOOM_COMM_SECRET (else from the LOOM_COMM_ID text), and
+// rank 0 starts the root in join().
+Status makeUniqueId(loomUniqueId* out);
+
+// Makes a fresh id whose root always runs in a background thread of this
+// process, whatever LOOM_COMM_ID says: for communicators made inside a running
+// job (loomCommInitAll, loomCommSplit), which must not reuse the fixed address.
+Status makeLocalUniqueId(loomUniqueId* out);
+
+// Checks magic and checksum. loomInvalidArgument "commId: ..." if corrupted.
+Result<IdContents> parseUniqueId(const loomUniqueId& id);
+void encodeUniqueId(const IdContents& c, loomUniqueId* out);
+
+// Implementation details exposed for tests.
+
+// makeLocalUniqueId whose root gives up after rootTimeoutMs instead of
+// env::timeoutMs().
+Status makeLocalUniqueId(loomUniqueId* out, int64_t rootTimeoutMs);
+
+// Runs a rendezvous root on listenFd (a bound, listening TCP socket that it
+// takes over and closes) for ranks whose count it learns from the first valid
+// hello; used by makeUniqueId and by rank 0 under LOOM_COMM_ID (bootstrap.cc).
+// Returns once every rank has been sent the table, after timeoutMs, or when
+// *stop (if not null) becomes true.
+Status runRoot(int listenFd, const std::string& secret, int64_t timeoutMs,
+               const std::atomic<bool>* stop);
+
+// Called by join() on the joining thread with the rank's ring listener address
+// as soon as it listens, before the rank contacts the root (null: none).
+using RingListenHook = void (*)(int rank, const sockaddr_in& addr);
+void setRingListenHookForTest(RingListenHook hook);
+
+}  // namespace loom::bootstrap

@@ -1,0 +1,179 @@
+#include "comm/comm.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "bootstrap/unique_id.h"
+#include "transport/shm/shm_setup.h"
+#include "transport/tcp/tcp_setup.h"
+#include "util/env.h"
+#include "util/log.h"
+#include "util/net.h"
+#include "util/wait.h"
+
+namespace loom {
+
+std::string PeerInfo::encode() const {
+  char ip[INET_ADDRSTRLEN] = "";
+  inet_ntop(AF_INET, &tcpAddr.sin_addr, ip, sizeof(ip));
+  std::ostringstream o;
+  o << host << '\n' << pid << '\n' << ip << '\n' << ntohs(tcpAddr.sin_port) << '\n' << cudaDev;
+  return o.str();
+}
+
+Result<PeerInfo> PeerInfo::decode(const std::string& blob) {
+  std::istringstream in(blob);
+  PeerInfo p;
+  std::string ip;
+  int port = 0;
+  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev))
+    return LOOM_ERROR(loomInternalError, "malformed peer information in the rendezvous table");
+  p.tcpAddr.sin_family = AF_INET;
+  p.tcpAddr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, ip.c_str(), &p.tcpAddr.sin_addr) != 1)
+    return LOOM_ERROR(loomInternalError, "malformed peer address " + ip);
+  return p;
+}
+
+Result<CommOptions> resolveConfig(const loomConfig_t* config) {
+  CommOptions o;
+  o.timeoutMs = env::timeoutMs();
+  if (config != nullptr) {
+    if (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t))
+      return LOOM_ERROR(loomInvalidArgument,
+                        "config: not initialised with LOOM_CONFIG_INITIALIZER (bad magic or size)");
+    if (config->blocking != LOOM_CONFIG_UNDEF_INT) {
+      if (config->blocking != 0 && config->blocking != 1)
+        return LOOM_ERROR(loomInvalidArgument, "config.blocking: must be 0 or 1");
+      o.blocking = config->blocking == 1;
+    }
+    if (config->timeoutMs != LOOM_CONFIG_UNDEF_INT) {
+      if (config->timeoutMs <= 0)
+        return LOOM_ERROR(loomInvalidArgument, "config.timeoutMs: must be positive");
+      o.timeoutMs = config->timeoutMs;
+    }
+    if (config->commName != nullptr) o.name = config->commName;
+  }
+  if (o.timeoutMs <= 0) o.timeoutMs = 300000;
+  return o;
+}
+
+Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, int rank,
+                                           const CommOptions& options,
+                                           const std::atomic<bool>* externalAbort) {
+  env::printAll();
+  std::unique_ptr<Comm> c(new Comm());
+  c->rank_ = rank;
+  c->nranks_ = nranks;
+  c->options_ = options;
+  log::setThreadRank(rank);
+  const int64_t deadline = nowNs() + options.timeoutMs * 1000000;
+  const size_t slotBytes = static_cast<size_t>(std::max<int64_t>(4096, env::slotBytes()));
+  // Rings need two slots per link: a recv-reduce-send holds the incoming slot
+  // while it waits for an outgoing one (the verifier proves depth 1 deadlocks).
+  const size_t depth = static_cast<size_t>(
+      std::clamp<int64_t>(env::fifoDepth(), 2, static_cast<int64_t>(16)));
+
+  LOOM_ASSIGN(std::string ip, net::localAddress());
+  LOOM_ASSIGN(c->listener_, transport::TcpListener::open(ip));
+  PeerInfo mine;
+  mine.host = net::hostIdentity();
+  mine.pid = getpid();
+  mine.tcpAddr = c->listener_->address();
+  mine.cudaDev = options.cudaDev;
+
+  LOOM_ASSIGN(c->bootstrap_, bootstrap::Bootstrap::join(id, rank, nranks, mine.encode(),
+                                                        options.timeoutMs, &c->aborted_));
+  for (const std::string& blob : c->bootstrap_->peerInfo()) {
+    LOOM_ASSIGN(PeerInfo p, PeerInfo::decode(blob));
+    c->peers_.push_back(std::move(p));
+  }
+
+  // Ranks of this host talk over shared memory (unless disabled), others TCP.
+  std::vector<int> local;
+  std::vector<transport::TcpPeer> remote;
+  for (int r = 0; r < nranks; ++r) {
+    bool sameHost = c->peers_[static_cast<size_t>(r)].host == mine.host;
+    if (r == rank || (sameHost && !env::shmDisable()))
+      local.push_back(r);
+    else
+      remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr});
+  }
+  c->conns_.resize(static_cast<size_t>(nranks));
+  LOOM_ASSIGN(transport::ShmLinks links,
+              transport::setupShm(rank, local, c->bootstrap_->commHash(), slotBytes, depth,
+                                  [&c] { return c->bootstrap_->barrier(); }));
+  for (auto& conn : links.conns) c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
+  links.conns.clear();
+  c->shm_ = std::make_unique<transport::ShmLinks>(std::move(links));
+
+  LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_,
+                                              c->bootstrap_->secret(), c->bootstrap_->commHash(),
+                                              slotBytes, depth, deadline, &c->aborted_));
+  for (auto& conn : tcp) {
+    c->netConns_.push_back(conn.get());
+    c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
+  }
+  LOOM_CHECK(c->bootstrap_->barrier());
+  LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu tcp peers, slot %zu B x %zu",
+            c->describe().c_str(), local.size() - 1, remote.size(), slotBytes, depth);
+  (void)externalAbort;
+  return c;
+}
+
+Comm::~Comm() = default;
+
+Status Comm::progressNet() {
+  for (transport::Connection* c : netConns_) LOOM_CHECK(c->progress());
+  return Status::ok();
+}
+
+void Comm::abort() {
+  aborted_.store(true);
+  for (auto& c : conns_)
+    if (c) c->markBroken();
+  if (bootstrap_) bootstrap_->abort();
+}
+
+Status Comm::asyncError() const {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return asyncError_;
+}
+
+void Comm::fail(const Status& s) {
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    if (asyncError_.isOk()) asyncError_ = s;
+  }
+  for (auto& c : conns_)
+    if (c) c->markBroken();
+}
+
+Status Comm::checkPeerAlive(int r) const {
+  const PeerInfo& p = peers_[static_cast<size_t>(r)];
+  if (p.host != peers_[static_cast<size_t>(rank_)].host || p.pid == getpid()) return Status::ok();
+  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+  std::string line;
+  bool alive = false;
+  if (std::getline(stat, line)) {
+    size_t close = line.rfind(')');
+    char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : 'X';
+    alive = state != 'Z' && state != 'X';
+  }
+  if (alive) return Status::ok();
+  return LOOM_ERROR(loomRemoteError,
+                    "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) + ") has exited");
+}
+
+std::string Comm::describe() const {
+  std::string s = "rank " + std::to_string(rank_) + " of " + std::to_string(nranks_);
+  if (!options_.name.empty()) s += " (" + options_.name + ")";
+  return s;
+}
+
+}  // namespace loom

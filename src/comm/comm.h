@@ -1,0 +1,118 @@
+// The communicator: this rank, its peers, the connections to them, and the
+// asynchronous error slot.
+//
+// Lifetime: created by Comm::create (collective over all ranks), destroyed by
+// the C API's loomCommDestroy/Abort. An operation holds opMutex() while it
+// runs; abort() may be called from any thread at any moment: it raises the
+// abort flag (every wait checks it within milliseconds), marks every
+// connection broken so peers fail fast, then waits for the running operation
+// to leave before the communicator is freed.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/kernels/cpu/reduce.h"
+#include "bootstrap/bootstrap.h"
+#include "loom/loom.h"
+#include "transport/transport.h"
+#include "util/status.h"
+
+namespace loom::transport {
+class TcpListener;
+struct ShmLinks;
+}  // namespace loom::transport
+
+namespace loom {
+
+struct PeerInfo {
+  std::string host;  // net::hostIdentity()
+  int pid = 0;
+  sockaddr_in tcpAddr{};
+  int cudaDev = -1;
+
+  std::string encode() const;
+  static Result<PeerInfo> decode(const std::string& blob);
+};
+
+struct CommOptions {
+  int64_t timeoutMs = 0;
+  bool blocking = true;
+  std::string name;
+  int cudaDev = -1;
+};
+
+// Resolves a loomConfig_t (may be NULL) against the environment.
+Result<CommOptions> resolveConfig(const loomConfig_t* config);
+
+class Comm {
+ public:
+  static Result<std::unique_ptr<Comm>> create(const loomUniqueId& id, int nranks, int rank,
+                                              const CommOptions& options,
+                                              const std::atomic<bool>* externalAbort = nullptr);
+  ~Comm();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const CommOptions& options() const { return options_; }
+  const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
+  bootstrap::Bootstrap& bootstrap() { return *bootstrap_; }
+
+  // The connection to peer r (nullptr for r == rank()).
+  transport::Connection* conn(int r) const { return conns_[static_cast<size_t>(r)].get(); }
+  // Connections with a socket, for the executor's poll().
+  const std::vector<transport::Connection*>& netConns() const { return netConns_; }
+  // Moves bytes on every socket connection. Must not block.
+  Status progressNet();
+
+  uint64_t nextSeq() { return ++seq_; }
+  uint64_t lastSeq() const { return seq_; }
+  std::mutex& opMutex() { return opMutex_; }
+
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>* abortFlag() const { return &aborted_; }
+  // Raises the abort flag and tells every peer; safe from any thread.
+  void abort();
+
+  // The first asynchronous failure (a peer died, a timeout); success if none.
+  Status asyncError() const;
+  // Records a failure and breaks every connection so that peers fail fast.
+  void fail(const Status& s);
+
+  // loomCheckPeer: loomRemoteError if peer r is on this host and its process
+  // has exited.
+  Status checkPeerAlive(int r) const;
+
+  // PreMulSum reducers made by loomRedOpCreatePreMulSum (op = loomNumOps + index).
+  std::vector<std::unique_ptr<kernels::Reducer>>& userOps() { return userOps_; }
+
+  // A short description for messages: "rank 3 of 8 (name)".
+  std::string describe() const;
+
+ private:
+  Comm() = default;
+
+  int rank_ = 0;
+  int nranks_ = 1;
+  CommOptions options_;
+  std::vector<PeerInfo> peers_;
+  std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
+  std::unique_ptr<transport::TcpListener> listener_;
+  std::unique_ptr<transport::ShmLinks> shm_;
+  std::vector<std::unique_ptr<transport::Connection>> conns_;
+  std::vector<transport::Connection*> netConns_;
+  uint64_t seq_ = 0;
+  std::mutex opMutex_;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex errorMutex_;
+  Status asyncError_;
+  std::vector<std::unique_ptr<kernels::Reducer>> userOps_;
+};
+
+}  // namespace loom

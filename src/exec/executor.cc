@@ -1,0 +1,177 @@
+#include "exec/executor.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <cstring>
+
+#include "util/env.h"
+#include "util/log.h"
+
+namespace loom::exec {
+
+using algo::Step;
+using algo::StepOp;
+
+uint64_t Waiter::spinCount() {
+  static const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(0, env::spinCount()));
+  return n;
+}
+
+void Waiter::yieldCpu() { sched_yield(); }
+
+Status Waiter::check(transport::Connection* conn, const std::string& what,
+                     int64_t* nextLiveCheck) {
+  const std::string where = comm_.describe() + ": " + op_.name + " #" + std::to_string(op_.seq);
+  if (comm_.aborted())
+    return LOOM_ERROR(loomInvalidUsage, where + " was aborted by loomCommAbort");
+  int64_t now = nowNs();
+  if (now > op_.deadlineNs)
+    return LOOM_ERROR(loomTimeout, where + " timed out after " +
+                                       std::to_string(comm_.options().timeoutMs) +
+                                       " ms waiting for rank " + std::to_string(conn->peer()) +
+                                       " (" + what + ")");
+  if (now >= *nextLiveCheck) {
+    *nextLiveCheck = now + 100'000'000;
+    Status s = comm_.checkPeerAlive(conn->peer());
+    if (!s.isOk()) return s.prefix(where + ": " + what + ": ");
+  }
+  return Status::ok();
+}
+
+void Waiter::block(transport::Connection* conn, bool forSend) {
+  const auto& net = comm_.netConns();
+  if (net.empty()) {
+    conn->wait(forSend, 10000);
+    return;
+  }
+  if (conn->fd() < 0) {
+    // A shared-memory wait in a communicator with sockets: wake often enough
+    // to keep the sockets moving.
+    conn->wait(forSend, 1000);
+    return;
+  }
+  pollfd fds[64];
+  nfds_t n = 0;
+  for (transport::Connection* c : net) {
+    if (n == 64) break;
+    short ev = c->pollEvents();
+    if (ev != 0) fds[n++] = {c->fd(), ev, 0};
+  }
+  poll(fds, n, 10);
+}
+
+Status Waiter::flush() {
+  for (transport::Connection* c : comm_.netConns())
+    LOOM_CHECK(until(c, true, [c] { return c->flushed(); },
+                     [] { return std::string("flushing sends"); }));
+  return Status::ok();
+}
+
+namespace {
+
+char* bufPtr(const OpArgs& op, const algo::BufRef& ref, size_t start) {
+  char* base = ref.buf == algo::Buf::Send ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
+                                          : static_cast<char*>(op.recvbuff);
+  return base + (ref.offset + start) * op.elemSize;
+}
+
+bool transforms(const kernels::Reducer& r, uint8_t flags) {
+  return ((flags & algo::kPre) && r.hasScale) || ((flags & algo::kPost) && r.postDivide > 1);
+}
+
+std::string stepText(const Step& st, size_t i, size_t n, size_t piece, size_t pieces) {
+  return std::string(algo::stepOpName(st.op)) + ", step " + std::to_string(i + 1) + " of " +
+         std::to_string(n) + ", piece " + std::to_string(piece + 1) + " of " +
+         std::to_string(pieces);
+}
+
+}  // namespace
+
+Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
+  Waiter waiter(comm, op);
+  const kernels::Reducer& red = op.reducer;
+  for (const std::vector<Step>& steps : schedule.channels) {
+    std::vector<size_t> pieces(steps.size());
+    size_t rounds = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step& st = steps[i];
+      size_t slot = SIZE_MAX;
+      if (st.recvPeer >= 0) slot = std::min(slot, comm.conn(st.recvPeer)->slotBytes());
+      if (st.sendPeer >= 0) slot = std::min(slot, comm.conn(st.sendPeer)->slotBytes());
+      pieces[i] = st.count == 0 ? 0
+                  : slot == SIZE_MAX ? 1
+                                     : algo::numPieces(st.count, op.elemSize, slot);
+      rounds = std::max(rounds, pieces[i]);
+    }
+    for (size_t p = 0; p < rounds; ++p) {
+      for (size_t i = 0; i < steps.size(); ++i) {
+        if (p >= pieces[i]) continue;
+        const Step& st = steps[i];
+        size_t start, len;
+        algo::pieceRange(st.count, pieces[i], p, &start, &len);
+        const size_t bytes = len * op.elemSize;
+        const void* in = nullptr;
+        transport::Connection* rc = nullptr;
+        if (algo::stepRecvs(st.op)) {
+          rc = comm.conn(st.recvPeer);
+          size_t got = 0;
+          LOOM_CHECK(waiter.until(rc, false, [&] { return (in = rc->tryRecvSlot(&got)) != nullptr; },
+                                  [&] { return "receiving, " + stepText(st, i, steps.size(), p, pieces[i]); }));
+          if (got != bytes)
+            return LOOM_ERROR(loomInvalidUsage,
+                              comm.describe() + ": " + op.name + " #" + std::to_string(op.seq) +
+                                  ": rank " + std::to_string(st.recvPeer) + " sent " +
+                                  std::to_string(got) + " bytes where " + std::to_string(bytes) +
+                                  " were expected; do all ranks call the same collective with "
+                                  "the same count, type and root?");
+        }
+        void* out = nullptr;
+        transport::Connection* sc = nullptr;
+        if (algo::stepSends(st.op)) {
+          sc = comm.conn(st.sendPeer);
+          LOOM_CHECK(waiter.until(sc, true, [&] { return (out = sc->trySendSlot()) != nullptr; },
+                                  [&] { return "sending, " + stepText(st, i, steps.size(), p, pieces[i]); }));
+        }
+        const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
+        char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
+        switch (st.op) {
+          case StepOp::Send:
+            if (transforms(red, st.flags))
+              kernels::reduce(red, out, nullptr, src, len, st.flags);
+            else
+              std::memcpy(out, src, bytes);
+            break;
+          case StepOp::Recv:
+            std::memcpy(dst, in, bytes);
+            break;
+          case StepOp::RecvReduceSend:
+            kernels::reduce(red, out, in, src, len, st.flags);
+            break;
+          case StepOp::RecvReduceCopy:
+            kernels::reduce(red, dst, in, src, len, st.flags);
+            break;
+          case StepOp::RecvReduceCopySend:
+            kernels::reduce(red, dst, in, src, len, st.flags);
+            std::memcpy(out, dst, bytes);
+            break;
+          case StepOp::RecvCopySend:
+            std::memcpy(dst, in, bytes);
+            std::memcpy(out, in, bytes);
+            break;
+          case StepOp::Copy:
+            if (transforms(red, st.flags))
+              kernels::reduce(red, dst, nullptr, src, len, st.flags);
+            else if (dst != src)
+              std::memmove(dst, src, bytes);
+            break;
+        }
+        if (sc != nullptr) sc->postSend(bytes);
+        if (rc != nullptr) rc->releaseRecv();
+      }
+    }
+  }
+  return waiter.flush();
+}
+
+}  // namespace loom::exec

@@ -1,0 +1,91 @@
+#include "util/env.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "util/log.h"
+
+namespace loom::env {
+namespace {
+
+struct Var {
+  const char* name;
+  const char* deflt;
+  const char* doc;
+};
+
+// The one table of Loom's environment variables.
+constexpr Var kVars[] = {
+    {"LOOM_DEBUG", "WARN", "log level: WARN, INFO or TRACE (NONE silences warnings)"},
+    {"LOOM_DEBUG_SUBSYS", "ALL",
+     "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts"},
+    {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid"},
+    {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root"},
+    {"LOOM_COMM_SECRET", "", "shared secret for LOOM_COMM_ID rendezvous (else derived from it)"},
+    {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact"},
+    {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
+    {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory"},
+    {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)"},
+    {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
+    {"LOOM_SPIN_COUNT", "2000", "polls of a wait before it blocks"},
+    {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
+};
+
+const char* raw(const char* name) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  for (const Var& var : kVars)
+    if (std::string(var.name) == name) return var.deflt;
+  return "";
+}
+
+int64_t toInt(const char* name) {
+  const char* v = raw(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 0);
+  if (end == v || *end != '\0') {
+    LOOM_WARN(kEnv, "%s=%s is not an integer; ignoring it", name, v);
+    for (const Var& var : kVars)
+      if (std::string(var.name) == name) return std::strtoll(var.deflt, nullptr, 0);
+  }
+  return x;
+}
+
+}  // namespace
+
+#define LOOM_ENV_STRING(fn, name)              \
+  const std::string& fn() {                    \
+    static const std::string value = raw(name); \
+    return value;                              \
+  }
+#define LOOM_ENV_INT(fn, name)                  \
+  int64_t fn() {                                \
+    static const int64_t value = toInt(name);   \
+    return value;                               \
+  }
+
+LOOM_ENV_STRING(debugLevel, "LOOM_DEBUG")
+LOOM_ENV_STRING(debugSubsys, "LOOM_DEBUG_SUBSYS")
+LOOM_ENV_STRING(debugFile, "LOOM_DEBUG_FILE")
+LOOM_ENV_STRING(commId, "LOOM_COMM_ID")
+LOOM_ENV_STRING(commSecret, "LOOM_COMM_SECRET")
+LOOM_ENV_STRING(socketIfname, "LOOM_SOCKET_IFNAME")
+LOOM_ENV_STRING(scheduleDump, "LOOM_SCHEDULE_DUMP")
+LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
+LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
+LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")
+LOOM_ENV_INT(spinCount, "LOOM_SPIN_COUNT")
+bool shmDisable() {
+  static const bool value = toInt("LOOM_SHM_DISABLE") != 0;
+  return value;
+}
+
+void printAll() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const Var& var : kVars)
+      LOOM_INFO(kEnv, "%s=%s (%s)", var.name, raw(var.name), var.doc);
+  });
+}
+
+}  // namespace loom::env

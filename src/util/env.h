@@ -1,0 +1,28 @@
+// Every environment variable Loom reads is declared once, in env.cc, with a
+// one-line description and a typed accessor that caches its first reading.
+// LOOM_DEBUG=INFO prints every variable and its value once per process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::env {
+
+// Accessors (cached after the first call; thread safe).
+const std::string& debugLevel();     // LOOM_DEBUG
+const std::string& debugSubsys();    // LOOM_DEBUG_SUBSYS
+const std::string& debugFile();      // LOOM_DEBUG_FILE
+const std::string& commId();         // LOOM_COMM_ID
+const std::string& commSecret();     // LOOM_COMM_SECRET
+const std::string& socketIfname();   // LOOM_SOCKET_IFNAME
+int64_t timeoutMs();                 // LOOM_TIMEOUT_MS
+bool shmDisable();                   // LOOM_SHM_DISABLE
+int64_t slotBytes();                 // LOOM_SLOT_BYTES
+int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
+int64_t spinCount();                 // LOOM_SPIN_COUNT
+const std::string& scheduleDump();   // LOOM_SCHEDULE_DUMP
+
+// Prints every declared variable at INFO (once per process).
+void printAll();
+
+}  // namespace loom::env

@@ -1,0 +1,160 @@
+#include "util/net.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "util/env.h"
+#include "util/log.h"
+
+namespace loom::net {
+namespace {
+
+// LOOM_SOCKET_IFNAME parsed: "^" excludes, "=" matches whole names, else prefixes.
+struct IfnameSpec {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<std::string> names;
+
+  bool matches(const std::string& ifname) const {
+    bool hit = false;
+    for (const std::string& n : names) {
+      if (exact ? ifname == n : ifname.compare(0, n.size(), n) == 0) {
+        hit = true;
+        break;
+      }
+    }
+    return hit != exclude;
+  }
+};
+
+IfnameSpec parseSpec(const std::string& text) {
+  IfnameSpec spec;
+  size_t pos = 0;
+  if (pos < text.size() && text[pos] == '^') {
+    spec.exclude = true;
+    ++pos;
+  }
+  if (pos < text.size() && text[pos] == '=') {
+    spec.exact = true;
+    ++pos;
+  }
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) spec.names.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return spec;
+}
+
+struct Candidate {
+  std::string name;
+  std::string address;
+  bool loopback;
+};
+
+std::string dotted(const in_addr& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &a, buf, sizeof(buf));
+  return buf;
+}
+
+}  // namespace
+
+Result<std::string> localAddress() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    return LOOM_ERROR(loomSystemError, std::string("getifaddrs failed: ") + std::strerror(errno));
+  }
+  std::vector<Candidate> up;
+  for (ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == nullptr || ifa->ifa_addr->sa_family != AF_INET) continue;
+    if ((ifa->ifa_flags & IFF_UP) == 0) continue;
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(ifa->ifa_addr);
+    up.push_back({ifa->ifa_name, dotted(sin->sin_addr), (ifa->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  freeifaddrs(list);
+
+  const std::string& ifname = env::socketIfname();
+  IfnameSpec spec = parseSpec(ifname);
+  const Candidate* pick = nullptr;
+  // A non-loopback match first; loopback only when nothing else matches.
+  for (int pass = 0; pass < 2 && pick == nullptr; ++pass) {
+    for (const Candidate& c : up) {
+      if (c.loopback != (pass == 1)) continue;
+      if (!ifname.empty() && !spec.matches(c.name)) continue;
+      pick = &c;
+      break;
+    }
+  }
+  if (pick == nullptr) {
+    std::string have;
+    for (const Candidate& c : up) have += (have.empty() ? "" : ", ") + c.name;
+    if (ifname.empty()) {
+      return LOOM_ERROR(loomSystemError, "no IPv4 interface is up");
+    }
+    return LOOM_ERROR(loomInvalidArgument,
+                      "LOOM_SOCKET_IFNAME=" + ifname + " matches no IPv4 interface that is up (" +
+                          (have.empty() ? std::string("none is up") : "up: " + have) + ")");
+  }
+  LOOM_INFO(kBootstrap, "using interface %s (%s)", pick->name.c_str(), pick->address.c_str());
+  return pick->address;
+}
+
+std::string hostIdentity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "unknown-host");
+  struct stat st {};
+  unsigned long long inode = 0;
+  if (stat("/proc/self/ns/net", &st) == 0) inode = static_cast<unsigned long long>(st.st_ino);
+  return std::string(host) + "/net:" + std::to_string(inode);
+}
+
+Result<sockaddr_in> parseHostPort(const std::string& hostPort, const char* argName) {
+  auto bad = [&](const std::string& why) {
+    return LOOM_ERROR(loomInvalidArgument,
+                      std::string(argName) + "=" + hostPort + ": " + why + " (expected host:port)");
+  };
+  size_t colon = hostPort.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("no host");
+  std::string host = hostPort.substr(0, colon);
+  std::string portText = hostPort.substr(colon + 1);
+  if (portText.empty() || portText.size() > 5 ||
+      portText.find_first_not_of("0123456789") != std::string::npos) {
+    return bad("bad port");
+  }
+  long port = std::strtol(portText.c_str(), nullptr, 10);
+  if (port < 1 || port > 65535) return bad("port out of range");
+
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) return addr;
+
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return bad(std::string("cannot resolve host: ") + gai_strerror(rc));
+  }
+  addr.sin_addr = reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return addr;
+}
+
+std::string toString(const sockaddr_in& addr) {
+  return dotted(addr.sin_addr) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+}  // namespace loom::net

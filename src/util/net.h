@@ -1,0 +1,31 @@
+// Network helpers shared by the bootstrap and the TCP transport: which local
+// address to use, and what identifies this host.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <string>
+
+#include "util/status.h"
+
+namespace loom::net {
+
+// The IPv4 address Loom listens on and advertises. LOOM_SOCKET_IFNAME selects
+// interfaces as NCCL_SOCKET_IFNAME does (comma-separated prefixes; a leading ^
+// excludes; a leading = matches names exactly); without it the first up
+// non-loopback IPv4 interface is used, else loopback. Returns the address in
+// dotted form, e.g. "10.0.0.1".
+Result<std::string> localAddress();
+
+// Identifies the host for transport selection: hostname plus the inode of this
+// process's network namespace, so ranks in different namespaces count as
+// different hosts. Example: "node1/net:4026531840".
+std::string hostIdentity();
+
+// Parses "host:port" (host may be a name or dotted IPv4) into an address.
+// The argument name is used in the error message.
+Result<sockaddr_in> parseHostPort(const std::string& hostPort, const char* argName);
+
+std::string toString(const sockaddr_in& addr);  // "10.0.0.1:4242"
+
+}  // namespace loom::net

@@ -1,0 +1,263 @@
+// Every collective over real processes: each (ranks, transport) configuration
+// forks once and its ranks loop over all cases (harness.cc builds and checks
+// them); plus the parent-made unique id, loomCommInitAll and loomCommSplit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace loomtest {
+namespace {
+
+bool verbose() { return getenv("LOOM_MP_VERBOSE") != nullptr; }
+
+int runFullSuite(RankContext& ctx, SuiteLevel level) {
+  std::vector<Case> cases = buildCases(ctx.nranks, level);
+  SuiteStats st = runSuite(ctx.comm, ctx.rank, ctx.nranks, cases, ctx.shared);
+  return st.failedCases == 0 && st.apiErrors == 0 ? 0 : 1;
+}
+
+TEST(Codec, KnownValues) {
+  EXPECT_EQ(encodeHalf(1.0), 0x3c00);
+  EXPECT_EQ(encodeHalf(-2.0), 0xc000);
+  EXPECT_EQ(encodeHalf(65504.0), 0x7bff);
+  EXPECT_EQ(encodeHalf(1e6), 0x7c00);
+  EXPECT_EQ(encodeHalf(std::ldexp(1.0, -24)), 0x0001);
+  EXPECT_EQ(encodeHalf(1.0 + std::ldexp(1.0, -11)), 0x3c00);  // tie: to even
+  EXPECT_EQ(encodeHalf(1.0 + 3 * std::ldexp(1.0, -11)), 0x3c02);
+  EXPECT_EQ(encodeBf16(1.0), 0x3f80);
+  EXPECT_EQ(encodeBf16(-3.0), 0xc040);
+  EXPECT_EQ(encodeE4m3(1.0), 0x38);
+  EXPECT_EQ(encodeE4m3(448.0), 0x7e);
+  EXPECT_EQ(encodeE4m3(1000.0), 0x7e);  // saturates
+  EXPECT_EQ(encodeE4m3(-0.5), 0xb0);
+  EXPECT_EQ(encodeE4m3(std::ldexp(1.0, -9)), 0x01);
+  EXPECT_EQ(encodeE5m2(1.0), 0x3c);
+  EXPECT_EQ(encodeE5m2(57344.0), 0x7b);
+  EXPECT_EQ(encodeE5m2(1.25), 0x3d);
+  EXPECT_EQ(encodeE5m2(std::ldexp(1.0, -16)), 0x01);
+  for (int v = 0; v < 256; ++v) {
+    double e4 = decodeE4m3(static_cast<uint8_t>(v)), e5 = decodeE5m2(static_cast<uint8_t>(v));
+    if (!std::isnan(e4) && e4 != 0) {
+      EXPECT_EQ(encodeE4m3(e4), v) << v;
+    }
+    if (std::isfinite(e5) && e5 != 0) {
+      EXPECT_EQ(encodeE5m2(e5), v) << v;
+    }
+  }
+  for (int v = 0; v < 65536; v += 7) {
+    double h = decodeHalf(static_cast<uint16_t>(v)), b = decodeBf16(static_cast<uint16_t>(v));
+    if (std::isfinite(h) && h != 0) {
+      EXPECT_EQ(encodeHalf(h), v) << v;
+    }
+    if (std::isfinite(b) && b != 0) {
+      EXPECT_EQ(encodeBf16(b), v) << v;
+    }
+  }
+}
+
+TEST(Cases, SameListOnEveryCallAndWithinLimits) {
+  for (int n : {1, 2, 3, 4, 8}) {
+    std::vector<Case> a = buildCases(n, SuiteLevel::kFull), b = buildCases(n, SuiteLevel::kFull);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].name(), b[i].name());
+      EXPECT_LT(a[i].root, n);
+    }
+  }
+}
+
+struct Config {
+  int nranks;
+  bool shm;
+};
+
+void PrintTo(const Config& c, std::ostream* os) {
+  *os << c.nranks << " ranks over " << (c.shm ? "shm" : "tcp");
+}
+
+class CollectivesTest : public ::testing::TestWithParam<Config> {};
+
+TEST_P(CollectivesTest, EveryCase) {
+  LaunchOptions opts;
+  opts.nranks = GetParam().nranks;
+  opts.shm = GetParam().shm;
+  opts.timeoutMs = 60000;
+  opts.deadlineMs = 400000;
+  LaunchResult res =
+      launch(opts, [](RankContext& ctx) { return runFullSuite(ctx, SuiteLevel::kFull); });
+  EXPECT_TRUE(res.allPassed()) << res.report();
+  if (verbose()) printf("%s", res.report(true).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
+                         ::testing::Values(Config{1, true}, Config{2, true}, Config{3, true},
+                                           Config{4, true}, Config{8, true}, Config{1, false},
+                                           Config{2, false}, Config{3, false}, Config{4, false},
+                                           Config{8, false}),
+                         [](const ::testing::TestParamInfo<Config>& info) {
+                           return std::to_string(info.param.nranks) + "ranks_" +
+                                  (info.param.shm ? "shm" : "tcp");
+                         });
+
+// The parent (here a launcher process) calls loomGetUniqueId before forking,
+// so the rendezvous root runs as a thread of that process; no LOOM_COMM_ID.
+TEST(CollectivesMisc, UniqueIdFromParent) {
+  LaunchOptions opts;
+  opts.nranks = 3;
+  opts.idFromParent = true;
+  LaunchResult res =
+      launch(opts, [](RankContext& ctx) { return runFullSuite(ctx, SuiteLevel::kCompact); });
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+bool report(bool ok, const char* what) {
+  if (!ok) fprintf(stderr, "FAILED: %s\n", what);
+  return ok;
+}
+
+#define CHECK_LOOM(call)                                                                           \
+  do {                                                                                             \
+    loomResult_t r_ = (call);                                                                      \
+    if (r_ != loomSuccess) {                                                                       \
+      fprintf(stderr, "%s -> %s: %s\n", #call, loomGetErrorString(r_), loomGetLastError(nullptr)); \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+// loomCommInitAll: four ranks as threads of one process; every group issues
+// one operation per communicator from this one thread.
+int initAllRank(RankContext&) {
+  constexpr int kN = 4;
+  constexpr size_t kCount = 1023;
+  loomComm_t comms[kN] = {};
+  CHECK_LOOM(loomCommInitAll(comms, kN, nullptr));
+  int failures = 0;
+  for (int i = 0; i < kN; ++i) {
+    int count = -1, rank = -1;
+    CHECK_LOOM(loomCommCount(comms[i], &count));
+    CHECK_LOOM(loomCommUserRank(comms[i], &rank));
+    failures += !report(count == kN && rank == i, "comm count/rank after loomCommInitAll");
+  }
+  std::vector<std::vector<float>> send(kN, std::vector<float>(kN * kCount));
+  std::vector<std::vector<float>> recv(kN, std::vector<float>(kN * kCount, -1.0f));
+  for (int i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kCount; ++j) send[i][j] = static_cast<float>((i * 7 + j) % 5);
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i)
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum, comms[i],
+                             nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kCount; ++j) {
+      float want = 0;
+      for (int r = 0; r < kN; ++r) want += static_cast<float>((r * 7 + j) % 5);
+      if (recv[i][j] != want && failures++ < 5)
+        fprintf(stderr, "InitAll allreduce: comm %d index %zu: got %g expected %g\n", i, j,
+                recv[i][j], want);
+    }
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i)
+    CHECK_LOOM(
+        loomAllGather(send[i].data(), recv[i].data(), kCount, loomFloat32, comms[i], nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < kN; ++i)
+    for (size_t k = 0; k < kN * kCount; ++k)
+      if (recv[i][k] != send[k / kCount][k % kCount] && failures++ < 5)
+        fprintf(stderr, "InitAll allgather: comm %d index %zu: got %g expected %g\n", i, k,
+                recv[i][k], send[k / kCount][k % kCount]);
+  // A ring of sends and receives between the communicators of this process.
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i) {
+    CHECK_LOOM(loomSend(send[i].data(), kCount, loomFloat32, (i + 1) % kN, comms[i], nullptr));
+    CHECK_LOOM(loomRecv(recv[i].data(), kCount, loomFloat32, (i + kN - 1) % kN, comms[i], nullptr));
+  }
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < kN; ++i)
+    if (memcmp(recv[i].data(), send[(i + kN - 1) % kN].data(), kCount * sizeof(float)) != 0 &&
+        failures++ < 5)
+      fprintf(stderr, "InitAll send/recv: comm %d got wrong data\n", i);
+  for (int i = 0; i < kN; ++i) CHECK_LOOM(loomCommDestroy(comms[i]));
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(CollectivesMisc, InitAllGroupFromOneThread) {
+  LaunchOptions opts;
+  opts.nranks = 1;
+  opts.initComm = false;
+  opts.setCommId = false;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, initAllRank);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+// Sums `value` over comm with an int32 all-reduce.
+int sumOver(loomComm_t comm, int value, int* out) {
+  CHECK_LOOM(loomAllReduce(&value, out, 1, loomInt32, loomSum, comm, nullptr));
+  return 0;
+}
+
+// Even and odd colours, keys that reverse the order; then a split that leaves
+// the last rank out.
+int splitRank(RankContext& ctx) {
+  const int n = ctx.nranks, rank = ctx.rank;
+  int failures = 0;
+  loomComm_t sub = nullptr;
+  CHECK_LOOM(loomCommSplit(ctx.comm, rank % 2, n - rank, &sub, nullptr));
+  if (!report(sub != nullptr, "loomCommSplit returned no communicator")) return 1;
+  int subCount = -1, subRank = -1;
+  CHECK_LOOM(loomCommCount(sub, &subCount));
+  CHECK_LOOM(loomCommUserRank(sub, &subRank));
+  const int members = (n - rank % 2 + 1) / 2;   // ranks of my colour
+  const int wantRank = members - 1 - rank / 2;  // reversed by the keys
+  if (subCount != members || subRank != wantRank) {
+    fprintf(stderr, "rank %d: split count/rank %d/%d, expected %d/%d\n", rank, subCount, subRank,
+            members, wantRank);
+    ++failures;
+  }
+  int sum = -1, want = 0;
+  for (int r = rank % 2; r < n; r += 2) want += r;
+  if (sumOver(sub, rank, &sum) != 0) return 1;
+  if (sum != want) {
+    fprintf(stderr, "rank %d: allreduce on the split comm: %d, expected %d\n", rank, sum, want);
+    ++failures;
+  }
+  if (sumOver(ctx.comm, rank, &sum) != 0) return 1;
+  failures += !report(sum == n * (n - 1) / 2, "allreduce on the parent after the split");
+  CHECK_LOOM(loomCommDestroy(sub));
+
+  loomComm_t part = nullptr;
+  bool out = rank == n - 1;
+  CHECK_LOOM(loomCommSplit(ctx.comm, out ? LOOM_SPLIT_NOCOLOR : 7, rank, &part, nullptr));
+  if (out) {
+    failures += !report(part == nullptr, "LOOM_SPLIT_NOCOLOR gave a communicator");
+  } else {
+    if (!report(part != nullptr, "split without the last rank gave no communicator")) return 1;
+    CHECK_LOOM(loomCommCount(part, &subCount));
+    failures += !report(subCount == n - 1, "count of the split without the last rank");
+    if (sumOver(part, 1, &sum) != 0) return 1;
+    failures += !report(sum == n - 1, "allreduce on the split without the last rank");
+    CHECK_LOOM(loomCommDestroy(part));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(CollectivesMisc, SplitEvenOdd) {
+  for (bool shm : {true, false}) {
+    LaunchOptions opts;
+    opts.nranks = 5;
+    opts.shm = shm;
+    opts.deadlineMs = 60000;
+    LaunchResult res = launch(opts, splitRank);
+    EXPECT_TRUE(res.allPassed()) << (shm ? "shm: " : "tcp: ") << res.report();
+  }
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,374 @@
+// Failures over real processes: a rank that dies mid-operation, bad arguments
+// at every entry point, and strangers on the rendezvous port.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+namespace loomtest {
+namespace {
+
+// ---- A rank dies in the middle of a series of large all-reduces ----
+
+constexpr int kDeathTimeoutMs = 15000;
+constexpr int kVictim = 1;
+constexpr int kVictimIteration = 3;
+
+int deathRank(RankContext& ctx) {
+  constexpr size_t kCount = size_t{1} << 21;  // 8 MB of fp32
+  std::vector<float> send(kCount, 1.0f), recv(kCount);
+  for (int iter = 0; iter < 500; ++iter) {
+    if (ctx.rank == kVictim && iter == kVictimIteration) {
+      // Die a moment into this all-reduce, while the others wait on this rank.
+      std::thread([] {
+        usleep(3000);
+        raise(SIGKILL);
+      }).detach();
+    }
+    double t0 = nowSeconds();
+    loomResult_t r =
+        loomAllReduce(send.data(), recv.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr);
+    double ms = (nowSeconds() - t0) * 1000;
+    if (r == loomSuccess) {
+      if (recv[kCount - 1] != static_cast<float>(ctx.nranks)) {
+        fprintf(stderr, "rank %d: iteration %d: wrong sum %g\n", ctx.rank, iter, recv[kCount - 1]);
+        return 1;
+      }
+      continue;
+    }
+    int failures = 0;
+    fprintf(stderr, "rank %d: iteration %d failed after %.0f ms with %s: %s\n", ctx.rank, iter, ms,
+            loomGetErrorString(r), loomGetLastError(ctx.comm));
+    if (r != loomRemoteError && r != loomTimeout) {
+      fprintf(stderr, "rank %d: expected loomRemoteError or loomTimeout\n", ctx.rank);
+      ++failures;
+    }
+    if (ms >= kDeathTimeoutMs) {
+      fprintf(stderr, "rank %d: the error took %.0f ms, not within LOOM_TIMEOUT_MS=%d\n", ctx.rank,
+              ms, kDeathTimeoutMs);
+      ++failures;
+    }
+    if (iter < kVictimIteration) {
+      fprintf(stderr, "rank %d: failed before the victim died\n", ctx.rank);
+      ++failures;
+    }
+    loomResult_t async = loomSuccess;
+    loomResult_t ra = loomCommGetAsyncError(ctx.comm, &async);
+    if (ra != loomSuccess || async == loomSuccess) {
+      fprintf(stderr, "rank %d: loomCommGetAsyncError: %s, stored %s (expected an error)\n",
+              ctx.rank, loomGetErrorString(ra), loomGetErrorString(async));
+      ++failures;
+    }
+    // The next call must fail too, and at once.
+    t0 = nowSeconds();
+    r = loomAllReduce(send.data(), recv.data(), 1024, loomFloat32, loomSum, ctx.comm, nullptr);
+    ms = (nowSeconds() - t0) * 1000;
+    if (r == loomSuccess || ms > 2000) {
+      fprintf(stderr, "rank %d: an all-reduce after the failure: %s after %.0f ms\n", ctx.rank,
+              loomGetErrorString(r), ms);
+      ++failures;
+    }
+    // Rank 0 aborts, the others destroy; both must return promptly.
+    t0 = nowSeconds();
+    r = ctx.rank == 0 ? loomCommAbort(ctx.comm) : loomCommDestroy(ctx.comm);
+    ms = (nowSeconds() - t0) * 1000;
+    ctx.comm = nullptr;
+    fprintf(stderr, "rank %d: %s returned %s after %.0f ms\n", ctx.rank,
+            ctx.rank == 0 ? "loomCommAbort" : "loomCommDestroy", loomGetErrorString(r), ms);
+    if (ms > 5000) ++failures;
+    if (ctx.rank == 0 && r != loomSuccess) ++failures;
+    return failures == 0 ? 0 : 1;
+  }
+  fprintf(stderr, "rank %d: every all-reduce succeeded; rank %d did not die?\n", ctx.rank, kVictim);
+  return 1;
+}
+
+class PeerDeathTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PeerDeathTest, OthersFailFastThenAbortAndDestroy) {
+  LaunchOptions opts;
+  opts.nranks = 3;
+  opts.shm = GetParam();
+  opts.timeoutMs = kDeathTimeoutMs;
+  opts.failGraceMs = 3 * kDeathTimeoutMs;  // the victim's death must not end the others
+  opts.deadlineMs = 90000;
+  LaunchResult res = launch(opts, deathRank);
+  ASSERT_EQ(res.ranks.size(), 3u) << res.report();
+  for (const RankOutcome& o : res.ranks) {
+    if (o.rank == kVictim)
+      EXPECT_TRUE(o.signal == SIGKILL && !o.killed) << res.report(true);
+    else
+      EXPECT_TRUE(o.exited && o.exitCode == 0) << "rank " << o.rank << "\n" << res.report(true);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PeerDeathTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "shm" : "tcp");
+                         });
+
+// ---- Bad arguments ----
+
+struct ArgChecker {
+  loomComm_t comm;
+  int failures = 0;
+  // r must be loomInvalidArgument or loomInvalidUsage, and the last error must name `arg`.
+  void expect(const char* what, loomResult_t r, const char* arg) {
+    const char* msg = loomGetLastError(comm);
+    bool codeOk = r == loomInvalidArgument || r == loomInvalidUsage;
+    bool named = arg == nullptr || (msg != nullptr && strstr(msg, arg) != nullptr);
+    if (!codeOk || !named) {
+      fprintf(stderr,
+              "BAD-ARG %s: returned %s, last error \"%s\"; expected an invalid "
+              "argument/usage naming \"%s\"\n",
+              what, loomGetErrorString(r), msg ? msg : "(null)", arg ? arg : "");
+      ++failures;
+    }
+  }
+};
+
+#define EXPECT_BAD(checker, call, arg) (checker).expect(#call, (call), (arg))
+
+int badCollectiveArgs(RankContext& ctx) {
+  loomComm_t comm = ctx.comm;
+  ArgChecker c{comm};
+  const int n = ctx.nranks;
+  float send[16] = {1, 2, 3, 4}, recv[64] = {};
+  const auto kBadType = static_cast<loomDataType_t>(99);
+  const auto kNegType = static_cast<loomDataType_t>(-1);
+  const auto kBadOp = static_cast<loomRedOp_t>(99);
+  const auto kNegOp = static_cast<loomRedOp_t>(-1);
+  const size_t kHuge = SIZE_MAX / 2;
+  EXPECT_BAD(c, loomAllReduce(nullptr, recv, 4, loomFloat32, loomSum, comm, nullptr), "sendbuff");
+  EXPECT_BAD(c, loomAllReduce(send, nullptr, 4, loomFloat32, loomSum, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, kBadType, loomSum, comm, nullptr), "datatype");
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, kNegType, loomSum, comm, nullptr), "datatype");
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, kBadOp, comm, nullptr), "op");
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, kNegOp, comm, nullptr), "op");
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, loomNumOps, comm, nullptr), "op");
+  EXPECT_BAD(c, loomAllReduce(send, recv, kHuge, loomFloat32, loomSum, comm, nullptr), "count");
+  c.comm = nullptr;
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, loomSum, nullptr, nullptr), "comm");
+  EXPECT_BAD(c, loomBarrier(nullptr, nullptr), "comm");
+  int count = 0;
+  EXPECT_BAD(c, loomCommCount(nullptr, &count), "comm");
+  EXPECT_BAD(c, loomGetVersion(nullptr), "version");
+  c.comm = comm;
+  EXPECT_BAD(c, loomBroadcast(send, recv, 4, loomFloat32, -1, comm, nullptr), "root");
+  EXPECT_BAD(c, loomBroadcast(send, recv, 4, loomFloat32, n, comm, nullptr), "root");
+  EXPECT_BAD(c, loomBroadcast(send, recv, 4, kBadType, 0, comm, nullptr), "datatype");
+  EXPECT_BAD(c, loomReduce(send, recv, 4, loomFloat32, loomSum, n, comm, nullptr), "root");
+  EXPECT_BAD(c, loomReduce(send, recv, 4, loomFloat32, kBadOp, 0, comm, nullptr), "op");
+  EXPECT_BAD(c, loomReduce(nullptr, recv, 4, loomFloat32, loomSum, 0, comm, nullptr), "sendbuff");
+  EXPECT_BAD(c, loomAllGather(nullptr, recv, 4, loomFloat32, comm, nullptr), "sendbuff");
+  EXPECT_BAD(c, loomAllGather(send, recv, kHuge, loomFloat32, comm, nullptr), "count");
+  EXPECT_BAD(c, loomAllGather(send, recv, SIZE_MAX / 4 / n + 1, loomFloat32, comm, nullptr),
+             "count");
+  EXPECT_BAD(c, loomReduceScatter(send, recv, kHuge, loomFloat32, loomSum, comm, nullptr), "count");
+  EXPECT_BAD(c, loomReduceScatter(send, recv, 4, loomFloat32, kBadOp, comm, nullptr), "op");
+  EXPECT_BAD(c, loomAllToAll(send, recv, 4, kBadType, comm, nullptr), "datatype");
+  EXPECT_BAD(c, loomAllToAll(send, nullptr, 4, loomFloat32, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomSend(send, 4, loomFloat32, n, comm, nullptr), "peer");
+  EXPECT_BAD(c, loomSend(send, 4, loomFloat32, -1, comm, nullptr), "peer");
+  EXPECT_BAD(c, loomRecv(recv, 4, loomFloat32, n, comm, nullptr), "peer");
+  EXPECT_BAD(c, loomSend(nullptr, 4, loomFloat32, 0, comm, nullptr), "sendbuff");
+  EXPECT_BAD(c, loomRecv(nullptr, 4, loomFloat32, 0, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomRecv(recv, 4, kBadType, 0, comm, nullptr), "datatype");
+  loomRedOp_t op;
+  float scalar = 2;
+  EXPECT_BAD(c, loomRedOpCreatePreMulSum(&op, nullptr, loomFloat32, loomScalarHostImmediate, comm),
+             "scalar");
+  EXPECT_BAD(c, loomRedOpCreatePreMulSum(&op, &scalar, kBadType, loomScalarHostImmediate, comm),
+             "datatype");
+  EXPECT_BAD(c,
+             loomRedOpCreatePreMulSum(nullptr, &scalar, loomFloat32, loomScalarHostImmediate, comm),
+             "op");
+  EXPECT_BAD(c, loomRedOpCreatePreMulSum(&op, &scalar, loomFloat32, loomScalarDevice, comm),
+             nullptr);
+  EXPECT_BAD(c, loomRedOpDestroy(loomSum, comm), "op");
+  EXPECT_BAD(c, loomRedOpDestroy(kBadOp, comm), "op");
+  EXPECT_BAD(c, loomCommCount(comm, nullptr), "count");
+  EXPECT_BAD(c, loomCommUserRank(comm, nullptr), "rank");
+  EXPECT_BAD(c, loomCommGetAsyncError(comm, nullptr), "asyncError");
+  EXPECT_BAD(c, loomGroupEnd(), nullptr);  // no matching loomGroupStart
+
+  // The communicator still works: NULL buffers with count 0, then a real all-reduce.
+  int failures = c.failures;
+  loomResult_t r = loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, comm, nullptr);
+  if (r != loomSuccess) {
+    fprintf(stderr, "all-reduce of count 0 with NULL buffers: %s: %s\n", loomGetErrorString(r),
+            loomGetLastError(comm));
+    ++failures;
+  }
+  r = loomAllReduce(send, recv, 4, loomFloat32, loomSum, comm, nullptr);
+  if (r != loomSuccess || recv[3] != 4.0f * n) {
+    fprintf(stderr, "all-reduce after the bad calls: %s, recv[3]=%g\n", loomGetErrorString(r),
+            recv[3]);
+    ++failures;
+  }
+  loomResult_t async = loomInternalError;
+  if (loomCommGetAsyncError(comm, &async) != loomSuccess || async != loomSuccess) {
+    fprintf(stderr, "bad arguments left an asynchronous error: %s\n", loomGetErrorString(async));
+    ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+int badInitArgs(RankContext& ctx) {
+  ArgChecker c{nullptr};
+  loomUniqueId id;
+  loomComm_t comm = nullptr;
+  EXPECT_BAD(c, loomGetUniqueId(nullptr), "uniqueId");
+  if (loomGetUniqueId(&id) != loomSuccess) {
+    fprintf(stderr, "loomGetUniqueId failed: %s\n", loomGetLastError(nullptr));
+    return 1;
+  }
+  EXPECT_BAD(c, loomCommInitRank(&comm, 0, id, 0), "nranks");
+  EXPECT_BAD(c, loomCommInitRank(&comm, -3, id, 0), "nranks");
+  EXPECT_BAD(c, loomCommInitRank(&comm, 1, id, 1), "rank");
+  EXPECT_BAD(c, loomCommInitRank(&comm, 1, id, -1), "rank");
+  EXPECT_BAD(c, loomCommInitRank(&comm, 2, id, 2), "rank");
+  EXPECT_BAD(c, loomCommInitRank(nullptr, 1, id, 0), "comm");
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.magic = 0;
+  EXPECT_BAD(c, loomCommInitRankConfig(&comm, 1, id, 0, &config), "config");
+  EXPECT_BAD(c, loomCommInitAll(nullptr, 2, nullptr), "comms");
+  loomComm_t comms[2];
+  EXPECT_BAD(c, loomCommInitAll(comms, 0, nullptr), "ndev");
+  for (int pos : {0, 5, 9, 40, 100, LOOM_UNIQUE_ID_BYTES - 1}) {
+    loomUniqueId bad = id;
+    bad.internal[pos] ^= 0x5a;
+    std::string what = "loomCommInitRank with byte " + std::to_string(pos) + " of the id flipped";
+    loomResult_t r = loomCommInitRank(&comm, 1, bad, 0);
+    c.expect(what.c_str(), r, "commId");
+    if (r == loomSuccess) loomCommDestroy(comm);
+  }
+  // The real id still works.
+  loomResult_t r = loomCommInitRank(&comm, 1, id, 0);
+  float x[3] = {1, 2, 3}, y[3] = {};
+  if (r == loomSuccess) r = loomAllReduce(x, y, 3, loomFloat32, loomSum, comm, nullptr);
+  if (r != loomSuccess || y[2] != 3.0f) {
+    fprintf(stderr, "init and all-reduce with the good id: %s: %s\n", loomGetErrorString(r),
+            loomGetLastError(comm));
+    ++c.failures;
+  }
+  if (comm != nullptr && loomCommDestroy(comm) != loomSuccess) ++c.failures;
+  return c.failures == 0 ? 0 : 1;
+}
+
+TEST(BadArguments, CollectivesAndQueries) {
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = 10000;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, badCollectiveArgs);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+TEST(BadArguments, Init) {
+  LaunchOptions opts;
+  opts.nranks = 1;
+  opts.initComm = false;
+  opts.timeoutMs = 5000;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, badInitArgs);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+// ---- Strangers on the rendezvous port ----
+
+int connectTo(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void sendAll(int fd, const void* data, size_t bytes) { (void)!send(fd, data, bytes, MSG_NOSIGNAL); }
+
+TEST(Strangers, GarbageOnTheRendezvousPort) {
+  std::vector<int> open;  // connections kept open (half frames) until the ranks are done
+  int connected = 0;
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = 30000;
+  opts.deadlineMs = 90000;
+  // Rank 1 joins only once the strangers have had their go at rank 0's root.
+  opts.beforeInit = [](RankContext& ctx) {
+    for (int i = 0; ctx.rank == 1 && i < 2000 && ctx.shared->flag.load() == 0; ++i) usleep(10000);
+  };
+  opts.whileRunning = [&](int port, SharedPage* shared) {
+    int fd = -1;
+    for (int i = 0; i < 1500 && fd < 0; ++i) {  // until rank 0's root listens
+      fd = connectTo(port);
+      if (fd < 0) usleep(10000);
+    }
+    if (fd >= 0) ++connected;
+    std::vector<unsigned char> junk(4096);
+    for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<unsigned char>(i * 131 + 7);
+    sendAll(fd, junk.data(), junk.size());  // garbage, then close
+    close(fd);
+    if ((fd = connectTo(port)) >= 0) {  // connect and close at once
+      ++connected;
+      close(fd);
+    }
+    const unsigned char half[3] = {0x10, 0, 0};
+    const unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3};
+    const uint32_t bigLen = 0x7fffffff;
+    std::vector<unsigned char> zeros(200, 0);  // a wrong secret, perhaps a whole frame
+    struct Probe {
+      const void* data;
+      size_t bytes;
+    } probes[] = {{half, sizeof(half)},
+                  {huge, sizeof(huge)},
+                  {&bigLen, sizeof(bigLen)},
+                  {zeros.data(), zeros.size()}};
+    for (const Probe& p : probes) {
+      if ((fd = connectTo(port)) < 0) continue;
+      ++connected;
+      sendAll(fd, p.data, p.bytes);
+      open.push_back(fd);
+    }
+    usleep(200000);
+    shared->flag.store(1);
+  };
+  LaunchResult res = launch(opts, [](RankContext& ctx) {
+    float x[1023], y[1023];
+    for (int i = 0; i < 1023; ++i) x[i] = static_cast<float>(i % 3 + ctx.rank);
+    loomResult_t r = loomAllReduce(x, y, 1023, loomFloat32, loomSum, ctx.comm, nullptr);
+    if (r != loomSuccess) {
+      fprintf(stderr, "rank %d: all-reduce: %s: %s\n", ctx.rank, loomGetErrorString(r),
+              loomGetLastError(ctx.comm));
+      return 1;
+    }
+    for (int i = 0; i < 1023; ++i)
+      if (y[i] != static_cast<float>(2 * (i % 3) + 1)) {
+        fprintf(stderr, "rank %d: index %d: got %g\n", ctx.rank, i, y[i]);
+        return 1;
+      }
+    return 0;
+  });
+  for (int fd : open) close(fd);
+  EXPECT_GE(connected, 5) << "the strangers could not reach the rendezvous port";
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,68 @@
+#include "transport/shm/shm_connection.h"
+
+#include <string>
+
+#include "util/wait.h"
+
+namespace loom::transport {
+
+ShmConnection::ShmConnection(int peer, ShmFifo* out, ShmFifo* in, size_t slotBytes, size_t depth)
+    : peer_(peer), out_(out), in_(in), slotBytes_(slotBytes), depth_(static_cast<uint32_t>(depth)) {}
+
+void* ShmConnection::trySendSlot() {
+  if (posted_ - out_->tail.load(std::memory_order_acquire) >= depth_) return nullptr;
+  return slots(out_) + static_cast<size_t>(posted_ % depth_) * slotBytes_;
+}
+
+void ShmConnection::postSend(size_t bytes) {
+  out_->sizes[posted_ % depth_] = bytes;
+  ++posted_;
+  // seq_cst store then load: pairs with the receiver's waiting flag (Dekker).
+  out_->head.store(posted_, std::memory_order_seq_cst);
+  if (out_->recvWaiting.load(std::memory_order_seq_cst) != 0) futexWakeAll(&out_->head);
+}
+
+const void* ShmConnection::tryRecvSlot(size_t* bytes) {
+  if (in_->head.load(std::memory_order_acquire) == consumed_) return nullptr;
+  uint32_t idx = consumed_ % depth_;
+  *bytes = in_->sizes[idx];
+  return slots(in_) + static_cast<size_t>(idx) * slotBytes_;
+}
+
+void ShmConnection::releaseRecv() {
+  ++consumed_;
+  in_->tail.store(consumed_, std::memory_order_seq_cst);
+  if (in_->sendWaiting.load(std::memory_order_seq_cst) != 0) futexWakeAll(&in_->tail);
+}
+
+Status ShmConnection::progress() {
+  if ((in_->broken.load(std::memory_order_relaxed) | out_->broken.load(std::memory_order_relaxed)) != 0)
+    return LOOM_ERROR(loomRemoteError,
+                      "rank " + std::to_string(peer_) + " failed or aborted (shared-memory link)");
+  return Status::ok();
+}
+
+void ShmConnection::wait(bool forSend, int64_t timeoutUs) {
+  if (forSend) {
+    out_->sendWaiting.store(1, std::memory_order_seq_cst);
+    uint32_t t = out_->tail.load(std::memory_order_seq_cst);
+    if (posted_ - t >= depth_ && out_->broken.load() == 0) futexWait(&out_->tail, t, timeoutUs);
+    out_->sendWaiting.store(0, std::memory_order_relaxed);
+  } else {
+    in_->recvWaiting.store(1, std::memory_order_seq_cst);
+    if (in_->head.load(std::memory_order_seq_cst) == consumed_ && in_->broken.load() == 0)
+      futexWait(&in_->head, consumed_, timeoutUs);
+    in_->recvWaiting.store(0, std::memory_order_relaxed);
+  }
+}
+
+void ShmConnection::markBroken() {
+  out_->broken.store(1);
+  in_->broken.store(1);
+  futexWakeAll(&out_->head);
+  futexWakeAll(&out_->tail);
+  futexWakeAll(&in_->head);
+  futexWakeAll(&in_->tail);
+}
+
+}  // namespace loom::transport

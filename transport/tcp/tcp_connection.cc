@@ -1,0 +1,138 @@
+#include "transport/tcp/tcp_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace loom::transport {
+
+namespace {
+constexpr size_t kHeader = sizeof(uint32_t);
+}
+
+TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
+    : peer_(peer),
+      fd_(fd),
+      slotBytes_(slotBytes),
+      depth_(depth),
+      sendBuf_(slotBytes * depth),  // value-initialised: every page touched once, here
+      recvBuf_(slotBytes * depth),
+      sendSizes_(depth),
+      recvSizes_(depth) {}
+
+TcpConnection::~TcpConnection() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void* TcpConnection::trySendSlot() {
+  if (posted_ - sent_ >= depth_) return nullptr;
+  return sendSlotPtr(posted_);
+}
+
+void TcpConnection::postSend(size_t bytes) {
+  sendSizes_[posted_ % depth_] = static_cast<uint32_t>(bytes);
+  ++posted_;
+}
+
+const void* TcpConnection::tryRecvSlot(size_t* bytes) {
+  if (filled_ == consumed_) return nullptr;
+  *bytes = recvSizes_[consumed_ % depth_];
+  return recvSlotPtr(consumed_);
+}
+
+void TcpConnection::releaseRecv() { ++consumed_; }
+
+Status TcpConnection::fail(const char* what, int err) {
+  std::string msg = "rank " + std::to_string(peer_) + " closed its TCP connection";
+  if (err != 0) msg += std::string(" (") + what + ": " + std::strerror(err) + ")";
+  error_ = LOOM_ERROR(loomRemoteError, msg);
+  return error_;
+}
+
+Status TcpConnection::progress() {
+  if (!error_.isOk()) return error_;
+  // Write posted frames until the socket is full.
+  while (sent_ != posted_) {
+    uint32_t size = sendSizes_[sent_ % depth_];
+    iovec iov[2];
+    int n = 0;
+    if (sentBytes_ < kHeader) {
+      iov[n++] = {reinterpret_cast<char*>(&size) + sentBytes_, kHeader - sentBytes_};
+      iov[n++] = {sendSlotPtr(sent_), size};
+    } else {
+      iov[n++] = {sendSlotPtr(sent_) + (sentBytes_ - kHeader), size - (sentBytes_ - kHeader)};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    ssize_t w = sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      return fail("send", errno);
+    }
+    sentBytes_ += static_cast<size_t>(w);
+    if (sentBytes_ == kHeader + size) {
+      ++sent_;
+      sentBytes_ = 0;
+    }
+  }
+  // Read frames while a receive slot is free.
+  while (filled_ - consumed_ < depth_) {
+    ssize_t r;
+    if (recvBytes_ < kHeader) {
+      r = recv(fd_, reinterpret_cast<char*>(&recvHeader_) + recvBytes_, kHeader - recvBytes_,
+               MSG_DONTWAIT);
+    } else {
+      if (recvHeader_ > slotBytes_) {
+        error_ = LOOM_ERROR(loomInternalError,
+                            "rank " + std::to_string(peer_) + " sent a frame of " +
+                                std::to_string(recvHeader_) + " bytes; slots hold " +
+                                std::to_string(slotBytes_) +
+                                " (do all ranks use the same LOOM_SLOT_BYTES?)");
+        return error_;
+      }
+      size_t got = recvBytes_ - kHeader;
+      if (got == recvHeader_) {
+        r = 0;  // empty frame complete; handled below
+      } else {
+        r = recv(fd_, recvSlotPtr(filled_) + got, recvHeader_ - got, MSG_DONTWAIT);
+        if (r == 0) return fail("recv", 0);
+      }
+    }
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      return fail("recv", errno);
+    }
+    if (r == 0 && recvBytes_ < kHeader) return fail("recv", 0);
+    recvBytes_ += static_cast<size_t>(r);
+    if (recvBytes_ >= kHeader && recvBytes_ == kHeader + recvHeader_) {
+      recvSizes_[filled_ % depth_] = recvHeader_;
+      ++filled_;
+      recvBytes_ = 0;
+    }
+  }
+  return Status::ok();
+}
+
+void TcpConnection::wait(bool forSend, int64_t timeoutUs) {
+  pollfd p{fd_, pollEvents(), 0};
+  if (p.events == 0) return;
+  int ms = static_cast<int>((timeoutUs + 999) / 1000);
+  poll(&p, 1, ms);
+}
+
+short TcpConnection::pollEvents() const {
+  return static_cast<short>((filled_ - consumed_ < depth_ ? POLLIN : 0) |
+                            (wantsWrite() ? POLLOUT : 0));
+}
+
+void TcpConnection::markBroken() {
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+}
+
+}  // namespace loom::transport

@@ -1,0 +1,60 @@
+// TCP connection between two ranks (usually on different hosts).
+//
+// The socket is non-blocking. Posted send slots sit in a local FIFO until
+// progress() writes them out as frames (a 4-byte length, then the bytes);
+// progress() reads incoming frames into a local FIFO of receive slots, and
+// stops reading while all of them are full, which leaves the peer's data in
+// the kernel and so throttles the peer: credits without extra messages.
+// Progress is driven by whichever thread waits (the executor), so no helper
+// thread touches the data.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace loom::transport {
+
+class TcpConnection final : public Connection {
+ public:
+  // Takes ownership of fd (connected and authenticated).
+  TcpConnection(int peer, int fd, size_t slotBytes, size_t depth);
+  ~TcpConnection() override;
+
+  Kind kind() const override { return Kind::Tcp; }
+  int peer() const override { return peer_; }
+  size_t slotBytes() const override { return slotBytes_; }
+  void* trySendSlot() override;
+  void postSend(size_t bytes) override;
+  const void* tryRecvSlot(size_t* bytes) override;
+  void releaseRecv() override;
+  Status progress() override;
+  bool flushed() const override { return sent_ == posted_; }
+  void wait(bool forSend, int64_t timeoutUs) override;
+  int fd() const override { return fd_; }
+  void markBroken() override;
+  // True when progress() has bytes it could not write yet.
+  bool wantsWrite() const { return sent_ != posted_; }
+  short pollEvents() const override;
+
+ private:
+  Status fail(const char* what, int err);
+  char* sendSlotPtr(uint64_t i) { return sendBuf_.data() + (i % depth_) * slotBytes_; }
+  char* recvSlotPtr(uint64_t i) { return recvBuf_.data() + (i % depth_) * slotBytes_; }
+
+  int peer_;
+  int fd_;
+  size_t slotBytes_;
+  size_t depth_;
+  std::vector<char> sendBuf_, recvBuf_;
+  std::vector<uint32_t> sendSizes_, recvSizes_;
+  uint64_t posted_ = 0, sent_ = 0;        // send FIFO: posted, fully written
+  size_t sentBytes_ = 0;                  // of frame sent_ (header included)
+  uint64_t filled_ = 0, consumed_ = 0;    // receive FIFO: complete frames, released
+  size_t recvBytes_ = 0;                  // of frame filled_ (header included)
+  uint32_t recvHeader_ = 0;
+  Status error_;
+};
+
+}  // namespace loom::transport

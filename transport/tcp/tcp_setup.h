@@ -1,0 +1,45 @@
+// Setting up TCP connections: a listener per rank, opened before the
+// bootstrap so its address can be published, and an authenticated handshake.
+//
+// Rank i connects to every TCP peer j > i and accepts every j < i. A
+// connection must open with a hello carrying the communicator's hash and
+// secret and a rank that is expected; anything else (a stranger, garbage, a
+// half frame) is closed and logged, and set-up goes on.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace loom::transport {
+
+class TcpListener {
+ public:
+  // Listens on ip (dotted IPv4), an ephemeral port.
+  static Result<std::unique_ptr<TcpListener>> open(const std::string& ip);
+  ~TcpListener();
+  const sockaddr_in& address() const { return addr_; }
+  int fd() const { return fd_; }
+
+ private:
+  TcpListener(int fd, sockaddr_in addr) : fd_(fd), addr_(addr) {}
+  int fd_;
+  sockaddr_in addr_;
+};
+
+struct TcpPeer {
+  int rank;
+  sockaddr_in addr;
+};
+
+Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
+    int rank, const std::vector<TcpPeer>& peers, TcpListener& listener, const std::string& secret,
+    uint64_t commHash, size_t slotBytes, size_t depth, int64_t deadlineNs,
+    const std::atomic<bool>* abortFlag);
+
+}  // namespace loom::transport

@@ -1,0 +1,70 @@
+// Transport connections: how two ranks move bytes.
+//
+// A Connection joins this rank to one peer with a FIFO of fixed-size slots in
+// each direction; the number of free slots is the sender's credit. The sender
+// asks for a free slot, fills it and posts it; the receiver waits for the next
+// posted slot, consumes it in place (copy or reduce straight out of it) and
+// releases it, which returns the credit.
+//
+// Blocking contract: every method except wait() must not block. trySendSlot()
+// and tryRecvSlot() return nullptr when not ready; the caller calls progress()
+// and tries again, and after a while of spinning calls wait() to sleep until
+// the peer may have changed something (or the timeout passes). The executor
+// (src/exec) owns all waiting, so timeouts, abort and liveness checks live in
+// one place.
+//
+// Failure: progress() returns loomRemoteError once the peer has closed the
+// connection or marked it broken. markBroken() tells the peer this rank has
+// failed so its waits end at once instead of at their timeout.
+//
+// Thread safety: one thread uses a connection at a time, except markBroken(),
+// which may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "util/status.h"
+
+namespace loom::transport {
+
+enum class Kind { Shm, Tcp };
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  virtual Kind kind() const = 0;
+  virtual int peer() const = 0;
+  virtual size_t slotBytes() const = 0;
+
+  // Send side. A free slot to fill, or nullptr when every slot is in flight.
+  // Calling it again before postSend() returns the same slot.
+  virtual void* trySendSlot() = 0;
+  // Publishes the slot from trySendSlot() holding `bytes` (<= slotBytes()).
+  virtual void postSend(size_t bytes) = 0;
+
+  // Receive side. The next posted slot and its size, or nullptr if none yet.
+  virtual const void* tryRecvSlot(size_t* bytes) = 0;
+  // Returns the slot from tryRecvSlot() to the sender.
+  virtual void releaseRecv() = 0;
+
+  // Moves pending bytes (TCP) and checks the peer's state. Must not block.
+  virtual Status progress() = 0;
+  // True when every posted slot has left this process.
+  virtual bool flushed() const = 0;
+
+  // Sleeps up to timeoutUs, or until the peer posts (forSend = false) or
+  // releases (forSend = true) a slot. May return early.
+  virtual void wait(bool forSend, int64_t timeoutUs) = 0;
+  // A socket to poll(), or -1 if this connection has none.
+  virtual int fd() const { return -1; }
+  // The poll() events progress() can use now (0 when it can do nothing).
+  virtual short pollEvents() const { return 0; }
+
+  // Tells the peer that this rank failed; its waits on us end with an error.
+  virtual void markBroken() = 0;
+};
+
+}  // namespace loom::transport
