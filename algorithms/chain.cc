@@ -13,31 +13,15 @@
 namespace loom::algo {
 namespace {
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
+int mod(int a, int n) { return ringMod(a, n); }
 
 Step wholeStep(StepOp op, int recvPeer, int sendPeer, Buf srcBuf, Buf dstBuf, size_t count,
                uint8_t flags) {
-  Step s;
-  s.op = op;
-  s.recvPeer = recvPeer;
-  s.sendPeer = sendPeer;
-  s.src = {srcBuf, 0};
-  s.dst = {dstBuf, 0};
-  s.count = count;
-  s.flags = flags;
-  return s;
+  return makeStep(op, recvPeer, sendPeer, {srcBuf, 0}, {dstBuf, 0}, count, flags);
 }
 
 Schedule empty(Coll coll, int rank, int nranks, int root, size_t count) {
-  Schedule s;
-  s.coll = coll;
-  s.algorithm = "chain";
-  s.rank = rank;
-  s.nranks = nranks;
-  s.root = root;
-  s.count = count;
-  s.channels.resize(1);
-  return s;
+  return emptySchedule(coll, "chain", rank, nranks, root, count);
 }
 
 }  // namespace

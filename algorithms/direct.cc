@@ -7,34 +7,15 @@
 namespace loom::algo {
 
 Schedule buildDirectAllToAll(int rank, int n, size_t count) {
-  Schedule s;
-  s.coll = Coll::AllToAll;
-  s.algorithm = "direct";
-  s.rank = rank;
-  s.nranks = n;
-  s.count = count;
-  s.channels.resize(1);
+  Schedule s = emptySchedule(Coll::AllToAll, "direct", rank, n, -1, count);
   auto& st = s.channels[0];
-  Step own;
-  own.op = StepOp::Copy;
-  own.src = {Buf::Send, static_cast<size_t>(rank) * count};
-  own.dst = {Buf::Recv, static_cast<size_t>(rank) * count};
-  own.count = count;
-  st.push_back(own);
+  auto block = [count](int r) { return static_cast<size_t>(r) * count; };
+  st.push_back(makeStep(StepOp::Copy, -1, -1, {Buf::Send, block(rank)}, {Buf::Recv, block(rank)},
+                        count));
   for (int d = 1; d < n; ++d) {
     const int to = (rank + d) % n, from = (rank - d + n) % n;
-    Step send;
-    send.op = StepOp::Send;
-    send.sendPeer = to;
-    send.src = {Buf::Send, static_cast<size_t>(to) * count};
-    send.count = count;
-    st.push_back(send);
-    Step recv;
-    recv.op = StepOp::Recv;
-    recv.recvPeer = from;
-    recv.dst = {Buf::Recv, static_cast<size_t>(from) * count};
-    recv.count = count;
-    st.push_back(recv);
+    st.push_back(makeStep(StepOp::Send, -1, to, {Buf::Send, block(to)}, {}, count));
+    st.push_back(makeStep(StepOp::Recv, from, -1, {}, {Buf::Recv, block(from)}, count));
   }
   return s;
 }

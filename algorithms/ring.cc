@@ -18,32 +18,19 @@
 namespace loom::algo {
 namespace {
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
+int mod(int a, int n) { return ringMod(a, n); }
 
+// A step over chunk `chunk` of n near-equal chunks of `count` elements.
 Step chunkStep(StepOp op, int recvPeer, int sendPeer, Buf srcBuf, Buf dstBuf, size_t count,
                int n, int chunk, size_t srcBase, size_t dstBase, uint8_t flags) {
   size_t off, len;
   chunkRange(count, n, chunk, &off, &len);
-  Step s;
-  s.op = op;
-  s.recvPeer = recvPeer;
-  s.sendPeer = sendPeer;
-  s.src = {srcBuf, srcBase + off};
-  s.dst = {dstBuf, dstBase + off};
-  s.count = len;
-  s.flags = flags;
-  return s;
+  return makeStep(op, recvPeer, sendPeer, {srcBuf, srcBase + off}, {dstBuf, dstBase + off}, len,
+                  flags);
 }
 
 Schedule empty(Coll coll, int rank, int nranks, size_t count) {
-  Schedule s;
-  s.coll = coll;
-  s.algorithm = "ring";
-  s.rank = rank;
-  s.nranks = nranks;
-  s.count = count;
-  s.channels.resize(1);
-  return s;
+  return emptySchedule(coll, "ring", rank, nranks, -1, count);
 }
 
 }  // namespace

@@ -90,6 +90,32 @@ std::string toJson(const Schedule& s) {
   return o.str();
 }
 
+Schedule emptySchedule(Coll coll, const char* algorithm, int rank, int nranks, int root,
+                       size_t count) {
+  Schedule s;
+  s.coll = coll;
+  s.algorithm = algorithm;
+  s.rank = rank;
+  s.nranks = nranks;
+  s.root = root;
+  s.count = count;
+  s.channels.resize(1);
+  return s;
+}
+
+Step makeStep(StepOp op, int recvPeer, int sendPeer, BufRef src, BufRef dst, size_t count,
+              uint8_t flags) {
+  Step s;
+  s.op = op;
+  s.recvPeer = recvPeer;
+  s.sendPeer = sendPeer;
+  s.src = src;
+  s.dst = dst;
+  s.count = count;
+  s.flags = flags;
+  return s;
+}
+
 Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inPlace) {
   switch (coll) {
     case Coll::AllReduce: return buildRingAllReduce(rank, nranks, count);

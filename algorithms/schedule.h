@@ -83,6 +83,15 @@ size_t numPieces(size_t count, size_t elemSize, size_t slotBytes);
 // Piece p's range [*start, *start + *len) within the step's count elements.
 void pieceRange(size_t count, size_t pieces, size_t p, size_t* start, size_t* len);
 
+// An empty one-channel schedule, for builders to fill.
+Schedule emptySchedule(Coll coll, const char* algorithm, int rank, int nranks, int root,
+                       size_t count);
+// A step over [src.offset, +count) / [dst.offset, +count).
+Step makeStep(StepOp op, int recvPeer, int sendPeer, BufRef src, BufRef dst, size_t count,
+              uint8_t flags = 0);
+// (a mod n) in [0, n).
+inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
+
 // JSON, one object per schedule (used by LOOM_SCHEDULE_DUMP and golden files).
 std::string toJson(const Schedule& s);
 

@@ -104,9 +104,8 @@ struct Options {
   int iters = 20;
   int warmup = 5;
   int check = 1;
-  int blocking = 0;
   int nranks = 2;
-  long timeout_s = 1800;  // the parent's deadline for its ranks; 0: none
+  int timeout_s = 1800;  // the parent's deadline for its ranks; 0: none
   std::vector<const TypeInfo*> types;
   std::vector<const OpInfo*> ops;
   std::string json_path;
@@ -509,14 +508,6 @@ int PickLoopbackPort() {
   return port;
 }
 
-void Describe(int rank, int status) {
-  if (WIFEXITED(status)) {
-    std::fprintf(stderr, "%s: rank %d exited with status %d\n", kProg, rank, WEXITSTATUS(status));
-  } else if (WIFSIGNALED(status)) {
-    std::fprintf(stderr, "%s: rank %d killed by signal %d\n", kProg, rank, WTERMSIG(status));
-  }
-}
-
 int Launch(const Options& o) {
   const int port = PickLoopbackPort();
   if (port < 0) {
@@ -531,9 +522,7 @@ int Launch(const Options& o) {
     const pid_t pid = fork();
     if (pid < 0) {
       std::fprintf(stderr, "%s: fork: %s\n", kProg, std::strerror(errno));
-      for (int k = 0; k < r; ++k) kill(pids[k], SIGKILL);
-      for (int k = 0; k < r; ++k) waitpid(pids[k], nullptr, 0);
-      return 1;
+      return 1;  // the ranks already started die with us (PR_SET_PDEATHSIG)
     }
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -564,7 +553,10 @@ int Launch(const Options& o) {
       pids[r] = -1;
       --running;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (!killed) Describe(r, status);
+        if (!killed)
+          std::fprintf(stderr, "%s: rank %d %s %d\n", kProg, r,
+                       WIFEXITED(status) ? "exited with status" : "killed by signal",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         rc = 1;
         kill_at = std::min(kill_at, Now() + kGraceS);
       }
@@ -675,7 +667,7 @@ Options ParseFlags(int argc, char** argv) {
     } else if (key == "-c") {
       o.check = FlagInt(name, v, 0, 1);
     } else if (key == "-z") {
-      o.blocking = FlagInt(name, v, 0, 1);
+      FlagInt(name, v, 0, 1);  // host buffers: every call already blocks
     } else if (key == "-T") {
       o.timeout_s = FlagInt(name, v, 0, 1 << 30);
     } else if (key == "-d") {

@@ -52,6 +52,10 @@ class Connection {
 
   // Moves pending bytes (TCP) and checks the peer's state. Must not block.
   virtual Status progress() = 0;
+  // An error when nothing more can arrive (the peer closed its side) and
+  // nothing is buffered. A peer that closes after its last send is normal:
+  // only a receiver that still waits on it fails.
+  virtual Status checkRecv() const { return Status::ok(); }
   // True when every posted slot has left this process.
   virtual bool flushed() const = 0;
 

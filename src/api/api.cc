@@ -403,8 +403,8 @@ const char* loomGetErrorString(loomResult_t result) {
     case loomUnhandledCudaError: return "unhandled cuda error (run with LOOM_DEBUG=INFO for details)";
     case loomSystemError: return "unhandled system error (run with LOOM_DEBUG=INFO for details)";
     case loomInternalError: return "internal error - please report this issue to the Loom developers";
-    case loomInvalidArgument: return "invalid argument (run with LOOM_DEBUG=WARN for details)";
-    case loomInvalidUsage: return "invalid usage (run with LOOM_DEBUG=WARN for details)";
+    case loomInvalidArgument: return "invalid argument (loomGetLastError names the argument)";
+    case loomInvalidUsage: return "invalid usage (loomGetLastError says why)";
     case loomRemoteError: return "remote process exited or there was a network error";
     case loomInProgress: return "operation in progress";
     case loomTimeout: return "operation timed out";

@@ -11,6 +11,7 @@
 
 #include "api/api.h"
 #include "exec/executor.h"
+#include "exec/shm_direct.h"
 #include "util/env.h"
 #include "util/log.h"
 #include "util/wait.h"
@@ -73,6 +74,12 @@ Status runCollective(Comm& comm, const Call& c) {
   op.elemSize = kernels::typeSize(c.dtype);
   LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
   op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+  // Tuner: on one host the direct all-reduce beats the ring at every size
+  // (no FIFO hop, each byte reduced once); LOOM_ALGO=ring forces the ring.
+  if (c.coll == algo::Coll::AllReduce && comm.hasDirect() && env::algo() != "ring") {
+    const bool symmetric = c.count * op.elemSize <= static_cast<size_t>(env::directSymMax());
+    return exec::runDirectAllReduce(comm, op, c.count, symmetric);
+  }
   algo::Schedule s = algo::build(c.coll, comm.rank(), comm.nranks(), c.root, c.count,
                                  isInPlace(comm, c, op.elemSize));
   dumpSchedule(s);
@@ -175,7 +182,7 @@ extern "C" loomResult_t loomGroupEnd(void) {
   return guard("loomGroupEnd", [] {
     auto& g = loom::api::tGroup;
     if (g.depth == 0)
-      return LOOM_ERROR(loomInvalidUsage, "loomGroupEnd: no matching loomGroupStart");
+      return LOOM_ERROR(loomInvalidUsage, "no matching loomGroupStart");
     if (--g.depth > 0) return Status::ok();
     std::vector<loom::api::Call> calls;
     calls.swap(g.calls);

@@ -200,7 +200,7 @@ Status Root::run(int listenFd) {
     std::string why =
         s.code() == loomTimeout
             ? "gave up after " + msString(Clock::now() - lim_.start) + " with " + progress()
-            : "stopped with " + progress() + ": rank 0, which hosts it, failed";
+            : "stopped with " + progress() + ": rank 0, which hosts it, stopped waiting (see its error)";
     LOOM_WARN(kBootstrap, "rendezvous root at %s: %s", where_.c_str(), why.c_str());
     for (const ConnPtr& c : byRank_)
       if (c && c->open)

@@ -105,9 +105,14 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
       remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr});
   }
   c->conns_.resize(static_cast<size_t>(nranks));
+  // Direct buffers when every rank shares this host (the direct all-reduce).
+  const size_t directBytes =
+      local.size() == static_cast<size_t>(nranks) && nranks > 1
+          ? static_cast<size_t>(std::max<int64_t>(4096, env::directBytes()) / 4096 * 4096)
+          : 0;
   LOOM_ASSIGN(transport::ShmLinks links,
               transport::setupShm(rank, local, c->bootstrap_->commHash(), slotBytes, depth,
-                                  [&c] { return c->bootstrap_->barrier(); }));
+                                  directBytes, [&c] { return c->bootstrap_->barrier(); }));
   for (auto& conn : links.conns) c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
   links.conns.clear();
   c->shm_ = std::make_unique<transport::ShmLinks>(std::move(links));
@@ -127,6 +132,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
 }
 
 Comm::~Comm() = default;
+
+bool Comm::hasDirect() const { return shm_ && shm_->directBytes > 0; }
 
 Status Comm::progressNet() {
   for (transport::Connection* c : netConns_) LOOM_CHECK(c->progress());

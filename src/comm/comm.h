@@ -71,6 +71,12 @@ class Comm {
   // Moves bytes on every socket connection. Must not block.
   Status progressNet();
 
+  // Shared-memory links (nullptr before set-up); direct regions exist when
+  // every rank is on this host.
+  const transport::ShmLinks* shm() const { return shm_.get(); }
+  bool hasDirect() const;
+  uint32_t nextDirectRound() { return ++directRound_; }
+
   uint64_t nextSeq() { return ++seq_; }
   uint64_t lastSeq() const { return seq_; }
   std::mutex& opMutex() { return opMutex_; }
@@ -108,6 +114,7 @@ class Comm {
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<transport::Connection*> netConns_;
   uint64_t seq_ = 0;
+  uint32_t directRound_ = 0;
   std::mutex opMutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;

@@ -20,20 +20,29 @@ uint64_t Waiter::spinCount() {
 
 void Waiter::yieldCpu() { sched_yield(); }
 
-Status Waiter::check(transport::Connection* conn, const std::string& what,
-                     int64_t* nextLiveCheck) {
-  const std::string where = comm_.describe() + ": " + op_.name + " #" + std::to_string(op_.seq);
+std::string Waiter::where() const {
+  return comm_.describe() + ": " + op_.name + " #" + std::to_string(op_.seq);
+}
+
+Status Waiter::failed(Status s, const std::string& what) {
+  if (comm_.aborted())
+    return LOOM_ERROR(loomInvalidUsage, where() + " was aborted by loomCommAbort");
+  return s.prefix(where() + " (" + what + "): ");
+}
+
+Status Waiter::check(int peer, const std::string& what, int64_t* nextLiveCheck) {
+  const std::string where = this->where();
   if (comm_.aborted())
     return LOOM_ERROR(loomInvalidUsage, where + " was aborted by loomCommAbort");
   int64_t now = nowNs();
   if (now > op_.deadlineNs)
     return LOOM_ERROR(loomTimeout, where + " timed out after " +
                                        std::to_string(comm_.options().timeoutMs) +
-                                       " ms waiting for rank " + std::to_string(conn->peer()) +
+                                       " ms waiting for rank " + std::to_string(peer) +
                                        " (" + what + ")");
   if (now >= *nextLiveCheck) {
     *nextLiveCheck = now + 100'000'000;
-    Status s = comm_.checkPeerAlive(conn->peer());
+    Status s = comm_.checkPeerAlive(peer);
     if (!s.isOk()) return s.prefix(where + ": " + what + ": ");
   }
   return Status::ok();

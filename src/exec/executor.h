@@ -41,13 +41,23 @@ class Waiter {
   template <typename Ready, typename What>
   Status until(transport::Connection* conn, bool forSend, Ready&& ready, What&& what);
 
+  // Returns once ready() is true, for a wait on a counter that rank `peer`
+  // advances in shared memory: blocks on the futex `word`, registered in
+  // `sleepers` so the peer knows to wake it.
+  template <typename Ready, typename What>
+  Status untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleepers,
+                   Ready&& ready, What&& what);
+
   // Returns once every socket has written all it was given.
   Status flush();
 
  private:
   static uint64_t spinCount();
   static void yieldCpu();
-  Status check(transport::Connection* conn, const std::string& what, int64_t* nextLiveCheck);
+  Status check(int peer, const std::string& what, int64_t* nextLiveCheck);
+  // A transport failure, put in the operation's terms (or the abort's).
+  Status failed(Status s, const std::string& what);
+  std::string where() const;
   void block(transport::Connection* conn, bool forSend);
 
   Comm& comm_;
@@ -73,20 +83,53 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op);
 template <typename Ready, typename What>
 Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, What&& what) {
   int64_t nextLiveCheck = 0;
+  // Polling a socket is a system call: spin briefly on sockets, longer on
+  // shared memory (where other sockets are moved every 64 polls).
+  const bool net = conn->fd() >= 0;
+  const uint64_t spins = net ? std::min<uint64_t>(spinCount(), 32) : spinCount();
+  for (uint64_t i = 0;; ++i) {
+    Status s;
+    if (net || (i & 63) == 0) s = comm_.progressNet();
+    if (s.isOk()) s = conn->progress();
+    // Data that arrived counts even if the peer failed or left afterwards.
+    if (ready()) return Status::ok();
+    if (s.isOk() && !forSend) s = conn->checkRecv();
+    if (!s.isOk()) return failed(s, what());
+    if (i < spins) {
+      cpuRelax();
+      continue;
+    }
+    s = check(conn->peer(), what(), &nextLiveCheck);
+    if (!s.isOk()) return ready() ? Status::ok() : s;
+    if (i < spins + 16)
+      yieldCpu();
+    else
+      block(conn, forSend);
+  }
+}
+
+template <typename Ready, typename What>
+Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleepers,
+                         Ready&& ready, What&& what) {
+  int64_t nextLiveCheck = 0;
   const uint64_t spins = spinCount();
   for (uint64_t i = 0;; ++i) {
-    LOOM_CHECK(comm_.progressNet());
-    LOOM_CHECK(conn->progress());
     if (ready()) return Status::ok();
     if (i < spins) {
       cpuRelax();
       continue;
     }
-    LOOM_CHECK(check(conn, what(), &nextLiveCheck));
-    if (i < spins + 16)
+    Status s = comm_.conn(peer)->progress();
+    if (s.isOk()) s = check(peer, what(), &nextLiveCheck);
+    if (!s.isOk()) return ready() ? Status::ok() : failed(s, what());
+    if (i < spins + 16) {
       yieldCpu();
-    else
-      block(conn, forSend);
+      continue;
+    }
+    uint32_t seen = word->load(std::memory_order_seq_cst);
+    sleepers->fetch_add(1, std::memory_order_seq_cst);
+    if (!ready()) futexWait(word, seen, 10000);
+    sleepers->fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 

@@ -29,6 +29,10 @@ constexpr Var kVars[] = {
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "2000", "polls of a wait before it blocks"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
+    {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)"},
+    {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (two per rank, one host only)"},
+    {"LOOM_DIRECT_SYM_MAX", "65536",
+     "direct all-reduce: every rank reduces the whole message up to this many bytes"},
 };
 
 const char* raw(const char* name) {
@@ -71,6 +75,9 @@ LOOM_ENV_STRING(commId, "LOOM_COMM_ID")
 LOOM_ENV_STRING(commSecret, "LOOM_COMM_SECRET")
 LOOM_ENV_STRING(socketIfname, "LOOM_SOCKET_IFNAME")
 LOOM_ENV_STRING(scheduleDump, "LOOM_SCHEDULE_DUMP")
+LOOM_ENV_STRING(algo, "LOOM_ALGO")
+LOOM_ENV_INT(directBytes, "LOOM_DIRECT_BYTES")
+LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
 LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
 LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")

@@ -21,6 +21,9 @@ int64_t slotBytes();                 // LOOM_SLOT_BYTES
 int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
 int64_t spinCount();                 // LOOM_SPIN_COUNT
 const std::string& scheduleDump();   // LOOM_SCHEDULE_DUMP
+const std::string& algo();           // LOOM_ALGO
+int64_t directBytes();               // LOOM_DIRECT_BYTES
+int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 
 // Prints every declared variable at INFO (once per process).
 void printAll();

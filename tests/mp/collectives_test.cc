@@ -3,19 +3,19 @@
 // them); plus the parent-made unique id, loomCommInitAll and loomCommSplit.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
 
 namespace loomtest {
 namespace {
-
-bool verbose() { return getenv("LOOM_MP_VERBOSE") != nullptr; }
 
 int runFullSuite(RankContext& ctx, SuiteLevel level) {
   std::vector<Case> cases = buildCases(ctx.nranks, level);
@@ -76,10 +76,11 @@ TEST(Cases, SameListOnEveryCallAndWithinLimits) {
 struct Config {
   int nranks;
   bool shm;
+  const char* algo = "";  // LOOM_ALGO: "" lets the tuner pick (direct all-reduce on one host)
 };
 
 void PrintTo(const Config& c, std::ostream* os) {
-  *os << c.nranks << " ranks over " << (c.shm ? "shm" : "tcp");
+  *os << c.nranks << " ranks over " << (c.shm ? "shm" : "tcp") << " " << c.algo;
 }
 
 class CollectivesTest : public ::testing::TestWithParam<Config> {};
@@ -88,27 +89,34 @@ TEST_P(CollectivesTest, EveryCase) {
   LaunchOptions opts;
   opts.nranks = GetParam().nranks;
   opts.shm = GetParam().shm;
+  if (*GetParam().algo != '\0') opts.env.push_back({"LOOM_ALGO", GetParam().algo});
   opts.timeoutMs = 60000;
-  opts.deadlineMs = 400000;
+  opts.deadlineMs = 240000;
   LaunchResult res =
       launch(opts, [](RankContext& ctx) { return runFullSuite(ctx, SuiteLevel::kFull); });
   EXPECT_TRUE(res.allPassed()) << res.report();
-  if (verbose()) printf("%s", res.report(true).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                          ::testing::Values(Config{1, true}, Config{2, true}, Config{3, true},
                                            Config{4, true}, Config{8, true}, Config{1, false},
                                            Config{2, false}, Config{3, false}, Config{4, false},
-                                           Config{8, false}),
+                                           Config{8, false}, Config{2, true, "ring"},
+                                           Config{3, true, "ring"}, Config{8, true, "ring"}),
                          [](const ::testing::TestParamInfo<Config>& info) {
                            return std::to_string(info.param.nranks) + "ranks_" +
-                                  (info.param.shm ? "shm" : "tcp");
+                                  (info.param.shm ? "shm" : "tcp") +
+                                  (*info.param.algo ? std::string("_") + info.param.algo : "");
                          });
 
 // The parent (here a launcher process) calls loomGetUniqueId before forking,
 // so the rendezvous root runs as a thread of that process; no LOOM_COMM_ID.
 TEST(CollectivesMisc, UniqueIdFromParent) {
+#ifdef __SANITIZE_ADDRESS__
+  // GCC's AddressSanitizer allocator is not fork-safe: a rank forked while the
+  // root thread holds the allocator lock deadlocks in its first allocation.
+  GTEST_SKIP() << "forking beside a running root thread deadlocks under AddressSanitizer";
+#endif
   LaunchOptions opts;
   opts.nranks = 3;
   opts.idFromParent = true;
@@ -183,6 +191,25 @@ int initAllRank(RankContext&) {
     if (memcmp(recv[i].data(), send[(i + kN - 1) % kN].data(), kCount * sizeof(float)) != 0 &&
         failures++ < 5)
       fprintf(stderr, "InitAll send/recv: comm %d got wrong data\n", i);
+  // One thread per communicator, all at once (each comm used by one thread).
+  std::vector<std::thread> threads;
+  std::atomic<int> threadFailures{0};
+  for (int i = 0; i < kN; ++i)
+    threads.emplace_back([&, i] {
+      std::vector<int32_t> x(kCount, i + 1), y(kCount);
+      for (int iter = 0; iter < 20; ++iter) {
+        loomResult_t r =
+            loomAllReduce(x.data(), y.data(), kCount, loomInt32, loomSum, comms[i], nullptr);
+        if (r != loomSuccess || y[kCount - 1] != kN * (kN + 1) / 2) {
+          fprintf(stderr, "thread %d iteration %d: %s, got %d\n", i, iter, loomGetErrorString(r),
+                  y[kCount - 1]);
+          ++threadFailures;
+          return;
+        }
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  failures += threadFailures.load();
   for (int i = 0; i < kN; ++i) CHECK_LOOM(loomCommDestroy(comms[i]));
   return failures == 0 ? 0 : 1;
 }
@@ -230,6 +257,7 @@ int splitRank(RankContext& ctx) {
   }
   if (sumOver(ctx.comm, rank, &sum) != 0) return 1;
   failures += !report(sum == n * (n - 1) / 2, "allreduce on the parent after the split");
+  CHECK_LOOM(loomCommFinalize(sub));
   CHECK_LOOM(loomCommDestroy(sub));
 
   loomComm_t part = nullptr;
@@ -255,6 +283,45 @@ TEST(CollectivesMisc, SplitEvenOdd) {
     opts.shm = shm;
     opts.deadlineMs = 60000;
     LaunchResult res = launch(opts, splitRank);
+    EXPECT_TRUE(res.allPassed()) << (shm ? "shm: " : "tcp: ") << res.report();
+  }
+}
+
+// Several operations on one communicator in one group: an all-reduce, a
+// broadcast, an all-gather and a ring of sends, all issued before any runs.
+int groupedRank(RankContext& ctx) {
+  constexpr size_t kCount = 4099;
+  const int n = ctx.nranks, rank = ctx.rank;
+  std::vector<float> a(kCount, static_cast<float>(rank + 1)), sum(kCount), bcast(kCount);
+  std::vector<float> gathered(n * kCount), ring(kCount), root(kCount, 0);
+  if (rank == 1)
+    for (size_t j = 0; j < kCount; ++j) root[j] = static_cast<float>(j % 97);
+  CHECK_LOOM(loomGroupStart());
+  CHECK_LOOM(loomAllReduce(a.data(), sum.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr));
+  CHECK_LOOM(loomBroadcast(root.data(), bcast.data(), kCount, loomFloat32, 1, ctx.comm, nullptr));
+  CHECK_LOOM(loomAllGather(a.data(), gathered.data(), kCount, loomFloat32, ctx.comm, nullptr));
+  CHECK_LOOM(loomSend(a.data(), kCount, loomFloat32, (rank + 1) % n, ctx.comm, nullptr));
+  CHECK_LOOM(loomRecv(ring.data(), kCount, loomFloat32, (rank + n - 1) % n, ctx.comm, nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  int failures = 0;
+  for (size_t j = 0; j < kCount; ++j) {
+    bool ok = sum[j] == n * (n + 1) / 2.0f && bcast[j] == static_cast<float>(j % 97) &&
+              ring[j] == static_cast<float>((rank + n - 1) % n + 1);
+    for (int r = 0; r < n; ++r) ok = ok && gathered[r * kCount + j] == static_cast<float>(r + 1);
+    if (!ok && failures++ < 3)
+      fprintf(stderr, "rank %d: index %zu: sum %g bcast %g ring %g\n", rank, j, sum[j], bcast[j],
+              ring[j]);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(CollectivesMisc, SeveralOperationsInOneGroup) {
+  for (bool shm : {true, false}) {
+    LaunchOptions opts;
+    opts.nranks = 3;
+    opts.shm = shm;
+    opts.deadlineMs = 60000;
+    LaunchResult res = launch(opts, groupedRank);
     EXPECT_TRUE(res.allPassed()) << (shm ? "shm: " : "tcp: ") << res.report();
   }
 }

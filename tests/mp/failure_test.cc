@@ -1,5 +1,6 @@
-// Failures over real processes: a rank that dies mid-operation, bad arguments
-// at every entry point, and strangers on the rendezvous port.
+// Failures over real processes: a rank that dies mid-operation, an abort from
+// another thread, peers that never come (timeouts), bad arguments at every
+// entry point, and strangers on the rendezvous port.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -7,8 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -113,12 +116,133 @@ TEST_P(PeerDeathTest, OthersFailFastThenAbortAndDestroy) {
   }
 }
 
+// ---- loomCommAbort from another thread ----
+
+// Rank 0 waits in an all-reduce that rank 1 has not joined; another thread
+// aborts rank 0's communicator, which must end the wait at once. Rank 1 then
+// joins the all-reduce and must see loomRemoteError, while rank 0's process
+// is still alive, within the timeout.
+int abortRank(RankContext& ctx) {
+  constexpr size_t kCount = 1 << 16;
+  std::vector<float> x(kCount, 1.0f), y(kCount);
+  SharedPage* sh = ctx.shared;
+  int failures = 0;
+  if (ctx.rank == 0) {
+    double abortedAt = 0;
+    loomResult_t aborted = loomInternalError;
+    std::thread aborter([&] {
+      usleep(500000);
+      abortedAt = nowSeconds();
+      aborted = loomCommAbort(ctx.comm);
+    });
+    loomResult_t r =
+        loomAllReduce(x.data(), y.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr);
+    const double ended = nowSeconds();
+    aborter.join();
+    ctx.comm = nullptr;  // freed by loomCommAbort
+    fprintf(stderr, "rank 0: all-reduce returned %s %.0f ms after the abort; abort: %s\n",
+            loomGetErrorString(r), (ended - abortedAt) * 1000, loomGetErrorString(aborted));
+    if (r == loomSuccess || aborted != loomSuccess || ended - abortedAt > 2.0) ++failures;
+    sh->flag.store(1);
+    for (int i = 0; i < 3000 && sh->words[0].load() == 0; ++i) usleep(10000);
+  } else {
+    for (int i = 0; i < 3000 && sh->flag.load() == 0; ++i) usleep(10000);
+    const double t0 = nowSeconds();
+    loomResult_t r =
+        loomAllReduce(x.data(), y.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr);
+    const double ms = (nowSeconds() - t0) * 1000;
+    sh->words[0].store(1);
+    fprintf(stderr, "rank 1: all-reduce against the aborted rank: %s after %.0f ms: %s\n",
+            loomGetErrorString(r), ms, loomGetLastError(ctx.comm));
+    if (r != loomRemoteError || ms >= kDeathTimeoutMs) ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+TEST_P(PeerDeathTest, AbortFromAnotherThread) {
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.shm = GetParam();
+  opts.timeoutMs = kDeathTimeoutMs;
+  opts.failGraceMs = 3 * kDeathTimeoutMs;
+  opts.deadlineMs = 90000;
+  LaunchResult res = launch(opts, abortRank);
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PeerDeathTest, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "shm" : "tcp");
                          });
 
+// ---- A peer that is alive but never comes: timeouts ----
+
+constexpr int kShortTimeoutMs = 1500;
+
+// Checks that `call` failed with loomTimeout after about kShortTimeoutMs.
+bool timedOut(const char* what, loomResult_t r, double seconds) {
+  fprintf(stderr, "%s: %s after %.0f ms: %s\n", what, loomGetErrorString(r), seconds * 1000,
+          loomGetLastError(nullptr));
+  return r == loomTimeout && seconds * 1000 > kShortTimeoutMs * 0.9 &&
+         seconds * 1000 < kShortTimeoutMs + 3000;
+}
+
+TEST(Timeouts, CollectiveWithAPeerThatNeverCalls) {
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = kShortTimeoutMs;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, [](RankContext& ctx) {
+    float x[64] = {}, y[64];
+    if (ctx.rank == 1) {  // alive, but skips the all-reduce; destroys once rank 0 gave up
+      for (int i = 0; i < 1000 && ctx.shared->flag.load() == 0; ++i) usleep(10000);
+      double t0 = nowSeconds();
+      loomResult_t r = loomCommDestroy(ctx.comm);
+      ctx.comm = nullptr;
+      double ms = (nowSeconds() - t0) * 1000;
+      fprintf(stderr, "rank 1: loomCommDestroy after rank 0 aborted: %s after %.0f ms\n",
+              loomGetErrorString(r), ms);
+      return ms < 3000 ? 0 : 1;
+    }
+    double t0 = nowSeconds();
+    loomResult_t r = loomAllReduce(x, y, 64, loomFloat32, loomSum, ctx.comm, nullptr);
+    bool ok = timedOut("rank 0 all-reduce", r, nowSeconds() - t0);
+    ctx.shared->flag.store(1);
+    loomCommAbort(ctx.comm);
+    ctx.comm = nullptr;
+    return ok ? 0 : 1;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+TEST(Timeouts, InitWithARankThatNeverJoins) {
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.initComm = false;
+  opts.timeoutMs = kShortTimeoutMs;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, [](RankContext& ctx) {
+    if (ctx.rank == 1) return 0;  // never joins
+    loomUniqueId id;
+    loomComm_t comm = nullptr;
+    double t0 = nowSeconds();
+    loomResult_t r = loomGetUniqueId(&id);
+    if (r == loomSuccess) r = loomCommInitRank(&comm, 2, id, 0);
+    return timedOut("rank 0 init", r, nowSeconds() - t0) ? 0 : 1;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 // ---- Bad arguments ----
+
+// Whether text holds word as a whole identifier ("op" in "op: unknown", not in "operation").
+bool namesWord(const char* text, const char* word) {
+  auto ident = [](char ch) { return isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  const size_t len = strlen(word);
+  for (const char* p = strstr(text, word); p != nullptr; p = strstr(p + 1, word))
+    if ((p == text || !ident(p[-1])) && !ident(p[len])) return true;
+  return false;
+}
 
 struct ArgChecker {
   loomComm_t comm;
@@ -127,7 +251,9 @@ struct ArgChecker {
   void expect(const char* what, loomResult_t r, const char* arg) {
     const char* msg = loomGetLastError(comm);
     bool codeOk = r == loomInvalidArgument || r == loomInvalidUsage;
-    bool named = arg == nullptr || (msg != nullptr && strstr(msg, arg) != nullptr);
+    bool named = arg == nullptr || (msg != nullptr && namesWord(msg, arg));
+    if (getenv("LOOM_MP_VERBOSE") != nullptr)
+      fprintf(stderr, "%s -> %s: \"%s\"\n", what, loomGetErrorString(r), msg ? msg : "(null)");
     if (!codeOk || !named) {
       fprintf(stderr,
               "BAD-ARG %s: returned %s, last error \"%s\"; expected an invalid "
@@ -205,12 +331,41 @@ int badCollectiveArgs(RankContext& ctx) {
 
   // The communicator still works: NULL buffers with count 0, then a real all-reduce.
   int failures = c.failures;
-  loomResult_t r = loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, comm, nullptr);
-  if (r != loomSuccess) {
-    fprintf(stderr, "all-reduce of count 0 with NULL buffers: %s: %s\n", loomGetErrorString(r),
-            loomGetLastError(comm));
+  auto expectOk = [&](const char* what, loomResult_t r) {
+    if (r == loomSuccess) return;
+    fprintf(stderr, "%s: %s: %s\n", what, loomGetErrorString(r), loomGetLastError(comm));
+    ++failures;
+  };
+  const loomDataType_t f32 = loomFloat32;
+  expectOk("AllReduce count 0, NULL buffers",
+           loomAllReduce(nullptr, nullptr, 0, f32, loomSum, comm, nullptr));
+  expectOk("Broadcast count 0", loomBroadcast(nullptr, nullptr, 0, f32, 1, comm, nullptr));
+  expectOk("Reduce count 0", loomReduce(nullptr, nullptr, 0, f32, loomMax, 0, comm, nullptr));
+  expectOk("AllGather count 0", loomAllGather(nullptr, nullptr, 0, f32, comm, nullptr));
+  expectOk("ReduceScatter count 0",
+           loomReduceScatter(nullptr, nullptr, 0, f32, loomSum, comm, nullptr));
+  expectOk("AllToAll count 0", loomAllToAll(nullptr, nullptr, 0, f32, comm, nullptr));
+  expectOk("GroupStart", loomGroupStart());
+  expectOk("Send count 0", loomSend(nullptr, 0, f32, (ctx.rank + 1) % n, comm, nullptr));
+  expectOk("Recv count 0", loomRecv(nullptr, 0, f32, (ctx.rank + n - 1) % n, comm, nullptr));
+  expectOk("GroupEnd", loomGroupEnd());
+  int version = 0, device = 0;
+  expectOk("GetVersion", loomGetVersion(&version));
+  expectOk("CuDevice", loomCommCuDevice(comm, &device));
+  const bool gpu = access("/dev/nvidiactl", F_OK) == 0;
+  if (version != LOOM_VERSION_CODE || (device != -1 && !gpu)) {
+    fprintf(stderr, "version %d (expected %d), device %d (expected -1 without a GPU)\n", version,
+            LOOM_VERSION_CODE, device);
     ++failures;
   }
+  for (int code = 0; code <= loomNumResults + 5; ++code) {
+    const char* text = loomGetErrorString(static_cast<loomResult_t>(code));
+    if (text == nullptr || *text == '\0') {
+      fprintf(stderr, "loomGetErrorString(%d) gave no text\n", code);
+      ++failures;
+    }
+  }
+  loomResult_t r = loomSuccess;
   r = loomAllReduce(send, recv, 4, loomFloat32, loomSum, comm, nullptr);
   if (r != loomSuccess || recv[3] != 4.0f * n) {
     fprintf(stderr, "all-reduce after the bad calls: %s, recv[3]=%g\n", loomGetErrorString(r),
@@ -303,6 +458,36 @@ int connectTo(int port) {
 
 void sendAll(int fd, const void* data, size_t bytes) { (void)!send(fd, data, bytes, MSG_NOSIGNAL); }
 
+void put32(unsigned char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+// Hellos that carry the right secret but bad fields: a 4 GiB info length, a
+// rank outside [0, nranks), a different nranks. White-box: the secret is taken
+// from bytes [16, 48) of the id, the hello laid out as src/bootstrap/wire.h
+// does (magic, secret, rank, nranks, address, info length); if those layouts
+// change, these degrade to strangers with a wrong secret.
+void sendInsiderJunk(int port) {
+  loomUniqueId id;
+  if (loomGetUniqueId(&id) != loomSuccess) return;
+  const uint32_t fields[][3] = {{0, 2, 0xffffffffu}, {7, 2, 16}, {1, 3, 0}};
+  std::vector<int> fds;
+  for (const auto& f : fields) {
+    unsigned char hello[56] = {};
+    put32(hello, 0x48424d4cu);  // "LMBH"
+    memcpy(hello + 4, id.internal + 16, 32);
+    put32(hello + 36, f[0]);
+    put32(hello + 40, f[1]);
+    put32(hello + 52, f[2]);
+    int fd = connectTo(port);
+    if (fd < 0) continue;
+    sendAll(fd, hello, sizeof(hello));
+    fds.push_back(fd);
+  }
+  usleep(100000);
+  for (int fd : fds) close(fd);
+}
+
 TEST(Strangers, GarbageOnTheRendezvousPort) {
   std::vector<int> open;  // connections kept open (half frames) until the ranks are done
   int connected = 0;
@@ -312,7 +497,9 @@ TEST(Strangers, GarbageOnTheRendezvousPort) {
   opts.deadlineMs = 90000;
   // Rank 1 joins only once the strangers have had their go at rank 0's root.
   opts.beforeInit = [](RankContext& ctx) {
-    for (int i = 0; ctx.rank == 1 && i < 2000 && ctx.shared->flag.load() == 0; ++i) usleep(10000);
+    if (ctx.rank != 1) return;
+    for (int i = 0; i < 2000 && ctx.shared->flag.load() == 0; ++i) usleep(10000);
+    sendInsiderJunk(ctx.port);
   };
   opts.whileRunning = [&](int port, SharedPage* shared) {
     int fd = -1;

@@ -21,9 +21,7 @@
 
 namespace loomtest {
 
-// ---------------------------------------------------------------------------
-// Processes
-// ---------------------------------------------------------------------------
+// ---- Processes ----
 
 double nowSeconds() {
   timespec ts;
@@ -51,11 +49,13 @@ namespace {
 
 constexpr size_t kOutputTail = 12000;
 
-// What a launcher process reports back about each rank, through shared memory.
-struct SharedOutcome {
+// How a rank ended, in shared memory so that a launcher process can report it too.
+struct Slot {
   pid_t pid;
-  int exited, exitCode, signal, killed;
+  bool exited, killed;
+  int exitCode, signal;
   double seconds;
+  bool running() const { return pid > 0 && !exited && signal == 0; }
 };
 
 int makeOutputFile() {
@@ -127,18 +127,13 @@ void setRankEnv(const LaunchOptions& opts, int port, bool commId) {
 }
 
 // Forks the ranks and waits for them under the deadline and the fail grace.
-// pids (optional, shared) receives each pid as soon as it is known.
 void spawnAndWait(const LaunchOptions& opts, const RankFn& fn, int port, SharedPage* shared,
-                  const std::vector<int>& files, const loomUniqueId* parentId,
-                  std::vector<RankOutcome>* outcomes, SharedOutcome* pids) {
+                  const std::vector<int>& files, const loomUniqueId* parentId, Slot* slots) {
   const int n = opts.nranks;
-  outcomes->assign(n, RankOutcome{});
   const double start = nowSeconds();
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < n; ++r) {
-    RankOutcome& o = (*outcomes)[r];
-    o.rank = r;
     RankContext ctx;
     ctx.rank = r;
     ctx.nranks = n;
@@ -146,57 +141,43 @@ void spawnAndWait(const LaunchOptions& opts, const RankFn& fn, int port, SharedP
     ctx.shared = shared;
     pid_t pid = fork();
     if (pid == 0) runChild(opts, fn, ctx, files[r], parentId);
-    o.pid = pid;
-    if (pids != nullptr) pids[r].pid = pid;
-    if (pid < 0) o.output = "fork failed: " + std::string(strerror(errno));
+    slots[r].pid = pid;
   }
   // The hook thread starts only after every fork, so no child inherits a second thread.
   std::thread hook;
-  if (opts.whileRunning && pids == nullptr)
+  if (opts.whileRunning && parentId == nullptr)
     hook = std::thread([&opts, port, shared] { opts.whileRunning(port, shared); });
-  int running = 0;
-  for (const RankOutcome& o : *outcomes) running += o.pid > 0 ? 1 : 0;
   double failedAt = -1;
-  while (running > 0) {
-    bool progressed = false;
-    for (RankOutcome& o : *outcomes) {
-      if (o.pid <= 0 || o.exited || o.signal != 0) continue;
+  for (;;) {
+    bool running = false, progressed = false;
+    for (Slot* o = slots; o < slots + n; ++o) {
       int status = 0;
-      if (waitpid(o.pid, &status, WNOHANG) != o.pid) continue;
+      if (!o->running()) continue;
+      running = true;
+      if (waitpid(o->pid, &status, WNOHANG) != o->pid) continue;
       progressed = true;
-      --running;
-      o.seconds = nowSeconds() - start;
-      if (WIFEXITED(status)) {
-        o.exited = true;
-        o.exitCode = WEXITSTATUS(status);
-      } else if (WIFSIGNALED(status)) {
-        o.signal = WTERMSIG(status);
-      }
-      if ((!o.exited || o.exitCode != 0) && failedAt < 0) failedAt = nowSeconds();
+      o->seconds = nowSeconds() - start;
+      o->exited = WIFEXITED(status);
+      o->exitCode = o->exited ? WEXITSTATUS(status) : -1;
+      o->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      if ((!o->exited || o->exitCode != 0) && failedAt < 0) failedAt = nowSeconds();
     }
+    if (!running) break;
     if (progressed) continue;
-    double now = nowSeconds();
-    bool deadline = (now - start) * 1000 > opts.deadlineMs;
-    bool grace = failedAt >= 0 && (now - failedAt) * 1000 > opts.failGraceMs;
-    if (deadline || grace) {
-      for (RankOutcome& o : *outcomes) {
-        if (o.pid <= 0 || o.exited || o.signal != 0) continue;
-        kill(o.pid, SIGKILL);
-        int status = 0;
-        waitpid(o.pid, &status, 0);
-        o.killed = true;
-        o.signal = SIGKILL;
-        o.seconds = nowSeconds() - start;
-        --running;
+    const double now = nowSeconds();
+    if ((now - start) * 1000 > opts.deadlineMs ||
+        (failedAt >= 0 && (now - failedAt) * 1000 > opts.failGraceMs)) {
+      for (Slot* o = slots; o < slots + n; ++o) {
+        if (!o->running()) continue;
+        kill(o->pid, SIGKILL);
+        waitpid(o->pid, nullptr, 0);
+        o->killed = true;
+        o->signal = SIGKILL;
+        o->seconds = nowSeconds() - start;
       }
       break;
     }
     usleep(2000);
-  }
-  for (int r = 0; r < n; ++r) {
-    if (pids == nullptr) continue;
-    const RankOutcome& o = (*outcomes)[r];
-    pids[r] = SharedOutcome{o.pid, o.exited, o.exitCode, o.signal, o.killed, o.seconds};
   }
   if (hook.joinable()) hook.join();
 }
@@ -241,38 +222,35 @@ LaunchResult launch(const LaunchOptions& opts, const RankFn& fn) {
   const double start = nowSeconds();
   const int n = opts.nranks;
   result.port = freeLoopbackPort();
-  void* mem = mmap(nullptr, sizeof(SharedPage) + n * sizeof(SharedOutcome) + 4096,
-                   PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  const size_t mapBytes = sizeof(SharedPage) + n * sizeof(Slot);
+  void* mem = mmap(nullptr, mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     result.error = "mmap failed";
     return result;
   }
   auto* shared = new (mem) SharedPage();
-  auto* pids = reinterpret_cast<SharedOutcome*>(static_cast<char*>(mem) + sizeof(SharedPage));
+  auto* slots = reinterpret_cast<Slot*>(static_cast<char*>(mem) + sizeof(SharedPage));
   std::vector<int> files(n);
   for (int& fd : files) fd = makeOutputFile();
-
   if (!opts.idFromParent) {
-    spawnAndWait(opts, fn, result.port, shared, files, nullptr, &result.ranks, nullptr);
+    spawnAndWait(opts, fn, result.port, shared, files, nullptr, slots);
   } else {
+    // The launcher stands in for the parent, so that this process makes no Loom call.
     fflush(stdout);
     fflush(stderr);
     pid_t launcher = fork();
     if (launcher == 0) {
       setRankEnv(opts, result.port, false);
       loomUniqueId id;
-      loomResult_t r = loomGetUniqueId(&id);
-      if (r != loomSuccess) _exit(3);
-      std::vector<RankOutcome> outcomes;
-      spawnAndWait(opts, fn, result.port, shared, files, &id, &outcomes, pids);
+      if (loomGetUniqueId(&id) != loomSuccess) _exit(3);
+      spawnAndWait(opts, fn, result.port, shared, files, &id, slots);
       _exit(0);
     }
     int status = 0;
-    double limit = start + (opts.deadlineMs + 15000) / 1000.0;
     while (waitpid(launcher, &status, WNOHANG) != launcher) {
-      if (nowSeconds() > limit) {
+      if ((nowSeconds() - start) * 1000 > opts.deadlineMs + 15000) {
         for (int r = 0; r < n; ++r)
-          if (pids[r].pid > 0) kill(pids[r].pid, SIGKILL);
+          if (slots[r].pid > 0) kill(slots[r].pid, SIGKILL);
         kill(launcher, SIGKILL);
         waitpid(launcher, &status, 0);
         result.error = "launcher hung";
@@ -281,32 +259,21 @@ LaunchResult launch(const LaunchOptions& opts, const RankFn& fn) {
       usleep(5000);
     }
     if (result.error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      result.error =
-          "launcher failed (loomGetUniqueId in the parent), status " + std::to_string(status);
-    for (int r = 0; r < n; ++r) {
-      RankOutcome o;
-      o.rank = r;
-      o.pid = pids[r].pid;
-      o.exited = pids[r].exited != 0;
-      o.exitCode = pids[r].exitCode;
-      o.signal = pids[r].signal;
-      o.killed = pids[r].killed != 0;
-      o.seconds = pids[r].seconds;
-      result.ranks.push_back(o);
-    }
+      result.error = "launcher failed (loomGetUniqueId?), status " + std::to_string(status);
   }
   for (int r = 0; r < n; ++r) {
-    if (r < static_cast<int>(result.ranks.size())) result.ranks[r].output = readTail(files[r]);
+    const Slot& o = slots[r];
+    result.ranks.push_back(RankOutcome{r, o.pid, o.exited, o.exitCode, o.signal, o.killed,
+                                       o.seconds, readTail(files[r])});
     if (files[r] >= 0) close(files[r]);
   }
-  munmap(mem, sizeof(SharedPage) + n * sizeof(SharedOutcome) + 4096);
+  munmap(mem, mapBytes);
   result.seconds = nowSeconds() - start;
+  if (getenv("LOOM_MP_VERBOSE") != nullptr) printf("%s", result.report(true).c_str());
   return result;
 }
 
-// ---------------------------------------------------------------------------
-// Types: the test's own encoders
-// ---------------------------------------------------------------------------
+// ---- Types ----
 
 namespace {
 
@@ -373,16 +340,11 @@ std::string show(loomDataType_t t, const unsigned char* p) {
   char buf[96];
   uint64_t bits = 0;
   memcpy(&bits, p, typeBytes(t));
-  if (isFloat(t)) {
-    snprintf(buf, sizeof(buf), "%.9g (0x%llx)", decodeFloat(t, p),
-             static_cast<unsigned long long>(bits));
-  } else {
-    uint64_t v = normalize(bits, t);
-    if (isSigned(t))
-      snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
-    else
-      snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(v));
-  }
+  const auto v = static_cast<unsigned long long>(isFloat(t) ? bits : normalize(bits, t));
+  if (isFloat(t))
+    snprintf(buf, sizeof(buf), "%.9g (0x%llx)", decodeFloat(t, p), v);
+  else
+    snprintf(buf, sizeof(buf), isSigned(t) ? "%lld" : "%llu", v);
   return buf;
 }
 
@@ -410,17 +372,18 @@ const char* collName(Coll c) {
   return kNames[static_cast<int>(c)];
 }
 
-// ---------------------------------------------------------------------------
-// Cases
-// ---------------------------------------------------------------------------
+// ---- Cases ----
 
 std::string Case::name() const {
   static const char* const kPatterns[] = {"bytes", "small", "wrap", "prod", "minmax"};
   char buf[160];
-  snprintf(buf, sizeof(buf), "%s %s%s%s count=%zu %s root=%d values=%s", collName(coll),
+  const bool rooted = coll == Coll::kBroadcast || coll == Coll::kReduce;
+  snprintf(buf, sizeof(buf), "%s %s%s%s count=%zu %s%s%s values=%s", collName(coll),
            typeName(dtype), pattern == Pattern::kBytes ? "" : " ",
            pattern == Pattern::kBytes ? "" : opName(op), count,
-           inPlace ? "in-place" : "out-of-place", root, kPatterns[static_cast<int>(pattern)]);
+           inPlace ? "in-place" : "out-of-place", misaligned ? " misaligned" : "",
+           rooted ? (" root=" + std::to_string(root)).c_str() : "",
+           kPatterns[static_cast<int>(pattern)]);
   return buf;
 }
 
@@ -451,7 +414,7 @@ struct CaseList {
            Pattern pattern = Pattern::kBytes) {
     if (isReduction(coll) && pattern == Pattern::kBytes) pattern = patternFor(op);
     cases.push_back(Case{coll, t, op, count, inPlace, root, pattern,
-                         0x51ed270b0b5f1e3dull * (cases.size() + 1)});
+                         0x51ed270b0b5f1e3dull * (cases.size() + 1), false});
   }
 };
 
@@ -467,7 +430,7 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
       for (size_t count : kSmallCounts) {
         if (!full && count != 7 && !(count == 1023 && t == loomBfloat16)) continue;
         for (int ip = 0; ip < 2; ++ip)
-          if (full || ((op + ip) % 2 == 0)) l.add(Coll::kAllReduce, t, op, count, ip != 0);
+          if (full || (op + ip + count) % 2 == 0) l.add(Coll::kAllReduce, t, op, count, ip != 0);
       }
   for (loomDataType_t t : kAllTypes) {
     if (isFloat(t)) continue;
@@ -515,14 +478,23 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
     l.add(Coll::kAllToAll, loomInt8, 0, kLargeCount, false);
     l.add(Coll::kSendRecv, loomFloat32, 0, kLargeCount, false);
   }
+  // Buffers at odd addresses.
+  l.add(Coll::kAllReduce, loomFloat32, loomSum, 1023, false);
+  l.add(Coll::kAllReduce, loomFloat64, loomAvg, 1023, true);
+  l.add(Coll::kAllReduce, loomBfloat16, loomProd, big && full ? kLargeCount : 1023, false);
+  l.add(Coll::kReduce, loomInt32, loomMax, 1023, false, n - 1);
+  l.add(Coll::kReduceScatter, loomFloat32, loomSum, 1023, false);
+  l.add(Coll::kBroadcast, loomInt32, 0, 1023, false, n / 2);
+  l.add(Coll::kAllGather, loomFloat16, 0, 1023, true);
+  l.add(Coll::kAllToAll, loomFloat64, 0, 7, false);
+  l.add(Coll::kSendRecv, loomFloat32, 0, 1023, false);
+  for (size_t i = l.cases.size() - 9; i < l.cases.size(); ++i) l.cases[i].misaligned = true;
   l.add(Coll::kBarrier, loomInt8, 0, 0, false);
   l.add(Coll::kBarrier, loomInt8, 0, 0, false);
   return l.cases;
 }
 
-// ---------------------------------------------------------------------------
-// Values, the scalar reference, and the check
-// ---------------------------------------------------------------------------
+// ---- Values, the scalar reference, and the check ----
 
 namespace {
 
@@ -596,6 +568,17 @@ struct Gen {
     } else {
       encode(c.dtype, value(rank, j), out);
     }
+  }
+  // What `rank` must hold at output index k (Reduce: on the root).
+  void expected(int rank, size_t k, unsigned char* out) const {
+    const size_t cnt = c.count, i = cnt == 0 ? 0 : k % cnt;
+    const int src = static_cast<int>(cnt == 0 ? 0 : k / cnt);
+    if (c.coll == Coll::kAllReduce || c.coll == Coll::kReduce) return reduced(k, out);
+    if (c.coll == Coll::kReduceScatter) return reduced(rank * cnt + k, out);
+    if (c.coll == Coll::kBroadcast) return element(c.root, k, out);
+    if (c.coll == Coll::kAllGather) return element(src, i, out);
+    if (c.coll == Coll::kAllToAll) return element(src, rank * cnt + i, out);
+    element((rank + n - 1) % n, k, out);  // SendRecv: from the previous rank
   }
   // The reduction over all ranks of element j, encoded.
   void reduced(size_t j, unsigned char* out) const {
@@ -701,132 +684,131 @@ loomResult_t issue(const Case& c, const void* sb, void* rb, loomRedOp_t op, loom
 
 }  // namespace
 
+namespace {
+
+// Three barriers; each rank counts itself in before entering, so after the
+// i-th barrier the shared counter must have reached n * i.
+bool runBarriers(loomComm_t comm, int rank, int n, SharedPage* shared, uint32_t* rounds,
+                 std::vector<std::string>* problems) {
+  for (int i = 0; i < 3; ++i) {
+    if (shared != nullptr) shared->counter.fetch_add(1);
+    ++*rounds;
+    loomResult_t r = loomBarrier(comm, nullptr);
+    if (r != loomSuccess) {
+      fprintf(stderr, "rank %d: Barrier: %s: %s\n", rank, loomGetErrorString(r),
+              loomGetLastError(comm));
+      return false;
+    }
+    uint32_t seen = shared != nullptr ? shared->counter.load() : n * *rounds;
+    if (seen < n * *rounds)
+      problems->push_back("left the barrier before every rank entered it: counter " +
+                          std::to_string(seen) + " < " + std::to_string(n * *rounds));
+  }
+  return true;
+}
+
+struct Buffers {
+  Buffer send, recv, ref;
+  double inCalls[8] = {};  // seconds inside Loom per collective
+  double large = 0;        // of which for the large counts
+};
+
+// Runs one case; false on an API error (reported), else problems holds any mismatch.
+bool runCase(const Case& c, loomComm_t comm, int rank, int n, Buffers* b,
+             std::vector<std::string>* problems) {
+  const Gen gen(c, n);
+  const size_t sz = typeBytes(c.dtype), cnt = c.count;
+  const size_t inBytes = inElems(c, n) * sz, outBytes = outElems(c, n) * sz;
+  unsigned char* send = b->send.get() + (c.misaligned ? 1 : 0);
+  unsigned char* recv = b->recv.get() + (c.misaligned ? 3 : 0);
+  for (size_t j = 0; j < inElems(c, n); ++j) gen.element(rank, j, b->ref.get() + j * sz);
+  const bool wholeSpan = c.coll == Coll::kAllGather || c.coll == Coll::kReduceScatter;
+  const size_t span = c.inPlace && wholeSpan ? n * cnt * sz : outBytes;
+  memset(recv, kFill, span + kGuardBytes);
+  unsigned char *sb = send, *rb = recv, *out = recv;
+  if (!c.inPlace) {
+    memcpy(send, b->ref.get(), inBytes);
+  } else if (c.coll == Coll::kAllGather) {
+    sb = recv + rank * cnt * sz;
+    memcpy(sb, b->ref.get(), inBytes);
+  } else {
+    memcpy(recv, b->ref.get(), inBytes);
+    sb = recv;
+    if (c.coll == Coll::kReduceScatter) rb = out = recv + rank * cnt * sz;
+  }
+  loomRedOp_t op = static_cast<loomRedOp_t>(c.op);
+  loomResult_t r = loomSuccess;
+  if (c.op == kPreMulSum) {
+    unsigned char scalar[8] = {};
+    Num s;
+    s.f = 0.5;
+    s.u = 3;
+    encode(c.dtype, s, scalar);
+    r = loomRedOpCreatePreMulSum(&op, scalar, c.dtype, loomScalarHostImmediate, comm);
+    memset(scalar, 0x7e, sizeof(scalar));  // host-immediate: the value was taken at creation
+  }
+  const double t0 = nowSeconds();
+  if (r == loomSuccess) r = issue(c, sb, rb, op, comm, rank, n);
+  b->inCalls[static_cast<int>(c.coll)] += nowSeconds() - t0;
+  if (cnt == kLargeCount) b->large += nowSeconds() - t0;
+  if (c.op == kPreMulSum && r == loomSuccess) r = loomRedOpDestroy(op, comm);
+  if (r != loomSuccess) {
+    fprintf(stderr, "rank %d: %s: %s: %s\n", rank, c.name().c_str(), loomGetErrorString(r),
+            loomGetLastError(comm));
+    return false;
+  }
+  unsigned char want[8];
+  const bool checkOut = c.coll != Coll::kReduce || rank == c.root;
+  for (size_t k = 0; checkOut && k < outElems(c, n) && problems->size() < 4; ++k) {
+    gen.expected(rank, k, want);
+    if (memcmp(out + k * sz, want, sz) != 0)
+      problems->push_back("index " + std::to_string(k) + ": got " + show(c.dtype, out + k * sz) +
+                          ", expected " + show(c.dtype, want));
+  }
+  if (!c.inPlace && memcmp(send, b->ref.get(), inBytes) != 0)
+    problems->push_back("the send buffer changed");
+  for (size_t g = 0; g < kGuardBytes; ++g)
+    if (recv[span + g] != kFill) {
+      problems->push_back("wrote past the end of the output, at byte " + std::to_string(span + g));
+      break;
+    }
+  return true;
+}
+
+}  // namespace
+
 SuiteStats runSuite(loomComm_t comm, int rank, int n, const std::vector<Case>& cases,
                     SharedPage* shared) {
   SuiteStats st;
   const double start = nowSeconds();
   size_t maxBytes = 0;
   for (const Case& c : cases) maxBytes = std::max(maxBytes, n * c.count * typeBytes(c.dtype));
-  maxBytes += kGuardBytes;
-  Buffer send = allocBuffer(maxBytes), recv = allocBuffer(maxBytes), ref = allocBuffer(maxBytes);
+  maxBytes += kGuardBytes + 8;
+  Buffers b{allocBuffer(maxBytes), allocBuffer(maxBytes), allocBuffer(maxBytes)};
   uint32_t barrierRounds = 0;
-  int printedCases = 0;
-  double inCalls[8] = {}, large = 0;  // seconds inside Loom per collective; for the large counts
   for (const Case& c : cases) {
     ++st.cases;
-    const size_t sz = typeBytes(c.dtype), cnt = c.count;
-    const size_t inBytes = inElems(c, n) * sz, outBytes = outElems(c, n) * sz;
     std::vector<std::string> problems;
-    if (c.coll == Coll::kBarrier) {
-      for (int i = 0; i < 3; ++i) {
-        if (shared != nullptr) shared->counter.fetch_add(1);
-        ++barrierRounds;
-        loomResult_t r = loomBarrier(comm, nullptr);
-        if (r != loomSuccess) {
-          fprintf(stderr, "rank %d: %s: %s: %s\n", rank, c.name().c_str(), loomGetErrorString(r),
-                  loomGetLastError(comm));
-          ++st.apiErrors;
-          break;
-        }
-        uint32_t seen = shared != nullptr ? shared->counter.load() : n * barrierRounds;
-        if (seen < n * barrierRounds)
-          problems.push_back("left the barrier before every rank entered it: counter " +
-                             std::to_string(seen) + " < " + std::to_string(n * barrierRounds));
-      }
-    } else {
-      Gen gen(c, n);
-      for (size_t j = 0; j < inElems(c, n); ++j) gen.element(rank, j, ref.get() + j * sz);
-      const size_t span =
-          c.inPlace && (c.coll == Coll::kAllGather || c.coll == Coll::kReduceScatter) ? n * cnt * sz
-                                                                                      : outBytes;
-      memset(recv.get(), kFill, span + kGuardBytes);
-      unsigned char *sb = send.get(), *rb = recv.get(), *out = recv.get();
-      if (!c.inPlace) {
-        memcpy(send.get(), ref.get(), inBytes);
-      } else if (c.coll == Coll::kAllGather) {
-        memcpy(recv.get() + rank * cnt * sz, ref.get(), inBytes);
-        sb = recv.get() + rank * cnt * sz;
-      } else {
-        memcpy(recv.get(), ref.get(), inBytes);
-        sb = recv.get();
-        if (c.coll == Coll::kReduceScatter) rb = out = recv.get() + rank * cnt * sz;
-      }
-      loomRedOp_t op = static_cast<loomRedOp_t>(c.op);
-      loomResult_t r = loomSuccess;
-      if (c.op == kPreMulSum) {
-        unsigned char scalar[8] = {};
-        Num s;
-        s.f = 0.5;
-        s.u = 3;
-        encode(c.dtype, s, scalar);
-        r = loomRedOpCreatePreMulSum(&op, scalar, c.dtype, loomScalarHostImmediate, comm);
-      }
-      const double t0 = nowSeconds();
-      if (r == loomSuccess) r = issue(c, sb, rb, op, comm, rank, n);
-      inCalls[static_cast<int>(c.coll)] += nowSeconds() - t0;
-      if (cnt == kLargeCount) large += nowSeconds() - t0;
-      if (c.op == kPreMulSum && r == loomSuccess) r = loomRedOpDestroy(op, comm);
-      if (r != loomSuccess) {
-        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, c.name().c_str(), loomGetErrorString(r),
-                loomGetLastError(comm));
-        ++st.apiErrors;
-        ++st.failedCases;
-        break;
-      }
-      bool checkOut = c.coll != Coll::kReduce || rank == c.root;
-      unsigned char want[8];
-      for (size_t k = 0; checkOut && k < outElems(c, n) && problems.size() < 4; ++k) {
-        size_t src = cnt == 0 ? 0 : k / cnt, i = cnt == 0 ? 0 : k % cnt;
-        switch (c.coll) {
-          case Coll::kAllReduce:
-          case Coll::kReduce:
-            gen.reduced(k, want);
-            break;
-          case Coll::kReduceScatter:
-            gen.reduced(rank * cnt + k, want);
-            break;
-          case Coll::kBroadcast:
-            gen.element(c.root, k, want);
-            break;
-          case Coll::kAllGather:
-            gen.element(static_cast<int>(src), i, want);
-            break;
-          case Coll::kAllToAll:
-            gen.element(static_cast<int>(src), rank * cnt + i, want);
-            break;
-          default:
-            gen.element((rank + n - 1) % n, k, want);
-            break;  // SendRecv
-        }
-        if (memcmp(out + k * sz, want, sz) != 0)
-          problems.push_back("index " + std::to_string(k) + ": got " + show(c.dtype, out + k * sz) +
-                             ", expected " + show(c.dtype, want));
-      }
-      if (!c.inPlace && memcmp(send.get(), ref.get(), inBytes) != 0)
-        problems.push_back("the send buffer changed");
-      for (size_t g = 0; g < kGuardBytes; ++g)
-        if (recv.get()[span + g] != kFill) {
-          problems.push_back("wrote past the end of the receive buffer, at byte " +
-                             std::to_string(span + g));
-          break;
-        }
+    bool ok = c.coll == Coll::kBarrier
+                  ? runBarriers(comm, rank, n, shared, &barrierRounds, &problems)
+                  : runCase(c, comm, rank, n, &b, &problems);
+    if (!ok || !problems.empty()) ++st.failedCases;
+    if (!problems.empty() && st.failedCases <= 20)
+      for (const std::string& p : problems)
+        fprintf(stderr, "rank %d: MISMATCH %s: %s\n", rank, c.name().c_str(), p.c_str());
+    if (!ok) {
+      ++st.apiErrors;
+      break;  // the ranks no longer run the same operations
     }
-    if (!problems.empty()) {
-      ++st.failedCases;
-      if (printedCases++ < 20)
-        for (const std::string& p : problems)
-          fprintf(stderr, "rank %d: MISMATCH %s: %s\n", rank, c.name().c_str(), p.c_str());
-    }
-    if (st.apiErrors > 0) break;
   }
   st.seconds = nowSeconds() - start;
   std::string calls;
   for (int i = 0; i < 7; ++i)
     calls += std::string(" ") + collName(static_cast<Coll>(i)) + " " +
-             std::to_string(static_cast<int>(inCalls[i] * 1000)) + ",";
+             std::to_string(static_cast<int>(b.inCalls[i] * 1000)) + ",";
   fprintf(stderr, "rank %d: %d cases, %d failed, %d API errors, %.2f s; ms in calls:%s large %d\n",
           rank, st.cases, st.failedCases, st.apiErrors, st.seconds, calls.c_str(),
-          static_cast<int>(large * 1000));
+          static_cast<int>(b.large * 1000));
   return st;
 }
 

@@ -88,7 +88,8 @@ struct LaunchResult {
   std::string report(bool verbose = false) const;
 };
 
-// Runs opts.nranks ranks of fn as processes; returns once all have ended.
+// Runs opts.nranks ranks of fn as processes; returns once all have ended. With
+// LOOM_MP_VERBOSE set in the environment, prints every rank's output.
 LaunchResult launch(const LaunchOptions& opts, const RankFn& fn);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
@@ -130,6 +131,7 @@ struct Case {
   int root = 0;
   Pattern pattern = Pattern::kBytes;
   uint64_t seed = 0;
+  bool misaligned = false;  // send and receive buffers start at odd addresses
   std::string name() const;
 };
 

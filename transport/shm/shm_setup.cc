@@ -73,26 +73,34 @@ ShmSegment::~ShmSegment() {
 }
 
 Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t commHash,
-                          size_t slotBytes, size_t depth, const std::function<Status()>& barrier) {
+                          size_t slotBytes, size_t depth, size_t directBytes,
+                          const std::function<Status()>& barrier) {
   ShmLinks links;
+  links.localRanks = localRanks;
   const size_t nlocal = localRanks.size();
   const size_t fifoBytes = shmFifoBytes(slotBytes, depth);
+  // Segment layout: nlocal FIFOs, then this rank's direct region.
+  const size_t segBytes =
+      nlocal * fifoBytes + (directBytes > 0 ? shmDirectRegionBytes(directBytes) : 0);
   // The FIFO that local rank i writes into lives at i * fifoBytes of the
   // receiver's segment.
   size_t myIndex = 0;
   for (size_t i = 0; i < nlocal; ++i)
     if (localRanks[i] == rank) myIndex = i;
   if (nlocal > 1) {
-    LOOM_ASSIGN(auto mine, ShmSegment::create(segmentName(commHash, rank), nlocal * fifoBytes));
+    LOOM_ASSIGN(auto mine, ShmSegment::create(segmentName(commHash, rank), segBytes));
     links.segments.push_back(std::move(mine));
   }
   LOOM_CHECK(barrier());
   if (nlocal <= 1) return links;
   char* own = links.segments[0]->data();
+  links.direct.resize(nlocal);
+  links.directBytes = directBytes;
+  if (directBytes > 0) links.direct[myIndex].base = own + nlocal * fifoBytes;
   for (size_t i = 0; i < nlocal; ++i) {
     if (i == myIndex) continue;
-    LOOM_ASSIGN(auto peerSeg,
-                ShmSegment::open(segmentName(commHash, localRanks[i]), nlocal * fifoBytes));
+    LOOM_ASSIGN(auto peerSeg, ShmSegment::open(segmentName(commHash, localRanks[i]), segBytes));
+    if (directBytes > 0) links.direct[i].base = peerSeg->data() + nlocal * fifoBytes;
     auto* out = reinterpret_cast<ShmFifo*>(peerSeg->data() + myIndex * fifoBytes);
     auto* in = reinterpret_cast<ShmFifo*>(own + i * fifoBytes);
     links.conns.push_back(

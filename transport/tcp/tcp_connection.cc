@@ -82,7 +82,7 @@ Status TcpConnection::progress() {
     }
   }
   // Read frames while a receive slot is free.
-  while (filled_ - consumed_ < depth_) {
+  while (!eof_ && filled_ - consumed_ < depth_) {
     ssize_t r;
     if (recvBytes_ < kHeader) {
       r = recv(fd_, reinterpret_cast<char*>(&recvHeader_) + recvBytes_, kHeader - recvBytes_,
@@ -101,14 +101,18 @@ Status TcpConnection::progress() {
         r = 0;  // empty frame complete; handled below
       } else {
         r = recv(fd_, recvSlotPtr(filled_) + got, recvHeader_ - got, MSG_DONTWAIT);
-        if (r == 0) return fail("recv", 0);
+        if (r == 0) return fail("recv, in the middle of a message", 0);
       }
     }
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
       return fail("recv", errno);
     }
-    if (r == 0 && recvBytes_ < kHeader) return fail("recv", 0);
+    if (r == 0 && recvBytes_ < kHeader) {
+      if (recvBytes_ > 0) return fail("recv, in the middle of a message", 0);
+      eof_ = true;  // an orderly close; an error only for a receiver still waiting
+      break;
+    }
     recvBytes_ += static_cast<size_t>(r);
     if (recvBytes_ >= kHeader && recvBytes_ == kHeader + recvHeader_) {
       recvSizes_[filled_ % depth_] = recvHeader_;
@@ -126,8 +130,16 @@ void TcpConnection::wait(bool forSend, int64_t timeoutUs) {
   poll(&p, 1, ms);
 }
 
+Status TcpConnection::checkRecv() const {
+  if (!error_.isOk()) return error_;
+  if (eof_ && filled_ == consumed_)
+    return LOOM_ERROR(loomRemoteError,
+                      "rank " + std::to_string(peer_) + " closed its TCP connection");
+  return Status::ok();
+}
+
 short TcpConnection::pollEvents() const {
-  return static_cast<short>((filled_ - consumed_ < depth_ ? POLLIN : 0) |
+  return static_cast<short>((!eof_ && filled_ - consumed_ < depth_ ? POLLIN : 0) |
                             (wantsWrite() ? POLLOUT : 0));
 }
 

@@ -31,6 +31,7 @@ class TcpConnection final : public Connection {
   void releaseRecv() override;
   Status progress() override;
   bool flushed() const override { return sent_ == posted_; }
+  Status checkRecv() const override;
   void wait(bool forSend, int64_t timeoutUs) override;
   int fd() const override { return fd_; }
   void markBroken() override;
@@ -55,6 +56,7 @@ class TcpConnection final : public Connection {
   size_t recvBytes_ = 0;                  // of frame filled_ (header included)
   uint32_t recvHeader_ = 0;
   Status error_;
+  bool eof_ = false;  // the peer closed its sending side
 };
 
 }  // namespace loom::transport

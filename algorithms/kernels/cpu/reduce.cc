@@ -304,17 +304,23 @@ void ReduceLoop(typename Ty::Storage* dst, const typename Ty::Storage* in,
   using S = typename Ty::Storage;
   // 256 bytes of 1- and 2-byte types, 64 elements of wider ones.
   constexpr size_t kBlock = 256 / sizeof(S) < 64 ? 64 : 256 / sizeof(S);
+  // User buffers need not be aligned to the element size: every load and
+  // store goes through memcpy, which compiles to plain (unaligned) moves.
   size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    S out[kBlock];
-    for (size_t j = 0; j < kBlock; ++j) {
-      out[j] =
-          ReduceElement<Ty, Op, kIn, kPre, kPost>(kIn ? in[i + j] : S(), local[i + j], scale, div);
-    }
+    S a[kBlock], b[kBlock], out[kBlock];
+    if (kIn) std::memcpy(a, in + i, sizeof(a));
+    std::memcpy(b, local + i, sizeof(b));
+    for (size_t j = 0; j < kBlock; ++j)
+      out[j] = ReduceElement<Ty, Op, kIn, kPre, kPost>(kIn ? a[j] : S(), b[j], scale, div);
     std::memcpy(dst + i, out, sizeof(out));
   }
   for (; i < n; ++i) {
-    dst[i] = ReduceElement<Ty, Op, kIn, kPre, kPost>(kIn ? in[i] : S(), local[i], scale, div);
+    S a = S(), b, out;
+    if (kIn) std::memcpy(&a, in + i, sizeof(S));
+    std::memcpy(&b, local + i, sizeof(S));
+    out = ReduceElement<Ty, Op, kIn, kPre, kPost>(a, b, scale, div);
+    std::memcpy(dst + i, &out, sizeof(S));
   }
 }
 

@@ -1,0 +1,115 @@
+#include "exec/shm_direct.h"
+
+#include <cstring>
+
+#include "algorithms/schedule.h"
+#include "transport/shm/shm_setup.h"
+
+namespace loom::exec {
+namespace {
+
+using transport::ShmDirectHeader;
+
+// counter has reached target (modulo 2^32).
+bool reached(const std::atomic<uint32_t>& counter, uint32_t target) {
+  return static_cast<int32_t>(counter.load(std::memory_order_acquire) - target) >= 0;
+}
+
+void publish(std::atomic<uint32_t>& word, ShmDirectHeader* h, uint32_t value) {
+  word.store(value, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(&word);
+}
+
+// dst = post(src[first] (+) every other src, in index order). dst may alias
+// src[first] (it is read before anything is written) but no other source.
+void reduceAll(const kernels::Reducer& red, char* dst, const std::vector<const char*>& src,
+               size_t first, size_t len) {
+  const size_t n = src.size();
+  if (n == 1) {
+    kernels::reduce(red, dst, nullptr, src[0], len, kernels::kPost);
+    return;
+  }
+  const char* acc = src[first];
+  size_t left = n - 1;
+  for (size_t q = 0; q < n; ++q) {
+    if (q == first) continue;
+    --left;
+    kernels::reduce(red, dst, acc, src[q], len, left == 0 ? uint32_t{kernels::kPost} : 0u);
+    acc = dst;
+  }
+}
+
+}  // namespace
+
+Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symmetric) {
+  const transport::ShmLinks& shm = *comm.shm();
+  const int n = comm.nranks();
+  const int me = comm.rank();
+  const size_t es = op.elemSize;
+  const size_t perRound = shm.directBytes / es;
+  const kernels::Reducer& red = op.reducer;
+  const bool scale = red.hasScale;
+  Waiter waiter(comm, op);
+  ShmDirectHeader* mine = shm.direct[static_cast<size_t>(me)].header();
+  const char* send = static_cast<const char*>(op.sendbuff);
+  char* recv = static_cast<char*>(op.recvbuff);
+  std::vector<const char*> bufs(static_cast<size_t>(n)), slice(static_cast<size_t>(n));
+
+  auto waitAll = [&](std::atomic<uint32_t> ShmDirectHeader::*field, uint32_t target,
+                     const char* phase) -> Status {
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
+      std::atomic<uint32_t>& word = h->*field;
+      if (reached(word, target)) continue;
+      LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, target); },
+                                  [&] { return std::string("direct all-reduce, ") + phase; }));
+    }
+    return Status::ok();
+  };
+
+  for (size_t off = 0; off < count; off += perRound) {
+    const size_t len = std::min(perRound, count - off);
+    const uint32_t g = comm.nextDirectRound();
+    // This round's buffer was last used two rounds ago: wait until every
+    // peer has finished reading it.
+    LOOM_CHECK(waitAll(&ShmDirectHeader::done, g - 2, "waiting for peers to release a buffer"));
+    char* myBuf = shm.direct[static_cast<size_t>(me)].buffer(g, shm.directBytes);
+    if (scale)
+      kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
+    else
+      std::memcpy(myBuf, send + off * es, len * es);
+    publish(mine->ready, mine, g);
+    for (int q = 0; q < n; ++q)
+      bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
+    LOOM_CHECK(waitAll(&ShmDirectHeader::ready, g, "waiting for peers' input"));
+
+    if (symmetric) {
+      reduceAll(red, recv + off * es, bufs, 0, len);
+    } else {
+      // Reduce my slice into my own buffer, then gather every slice.
+      size_t so, sl;
+      algo::chunkRange(len, n, me, &so, &sl);
+      for (size_t q = 0; q < slice.size(); ++q) slice[q] = bufs[q] + so * es;
+      reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
+      publish(mine->reduced, mine, g);
+      for (int k = 0; k < n; ++k) {
+        const int q = (me + k) % n;
+        size_t qo, ql;
+        algo::chunkRange(len, n, q, &qo, &ql);
+        if (q != me) {
+          ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
+          if (!reached(h->reduced, g))
+            LOOM_CHECK(waiter.untilWord(q, &h->reduced, &h->sleepers,
+                                        [&] { return reached(h->reduced, g); },
+                                        [] { return std::string("direct all-reduce, gathering"); }));
+        }
+        std::memcpy(recv + (off + qo) * es, bufs[static_cast<size_t>(q)] + qo * es, ql * es);
+      }
+    }
+    publish(mine->done, mine, g);
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::exec

@@ -1,0 +1,44 @@
+// The direct region of a shared-memory segment: a buffer every local rank
+// can read, for algorithms that reduce straight out of their peers' memory
+// (src/exec/shm_direct.cc) instead of passing pieces through FIFOs.
+//
+// Each rank owns one region: a header of counters (each on its own cache
+// line; they double as futex words) and two buffers used alternately by
+// successive rounds, so a rank can fill one while slower peers still read
+// the other.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace loom::transport {
+
+struct alignas(64) ShmDirectHeader {
+  std::atomic<uint32_t> ready;    // rounds whose input this rank has published
+  char pad0[60];
+  std::atomic<uint32_t> reduced;  // rounds whose slice this rank has reduced
+  char pad1[60];
+  std::atomic<uint32_t> done;     // rounds this rank has finished reading
+  char pad2[60];
+  std::atomic<uint32_t> sleepers; // ranks blocked on one of these counters
+  char pad3[60];
+};
+
+constexpr size_t kShmDirectHeaderBytes = 4096;
+static_assert(sizeof(ShmDirectHeader) <= kShmDirectHeaderBytes, "header too large");
+
+inline size_t shmDirectRegionBytes(size_t bufferBytes) {
+  return kShmDirectHeaderBytes + 2 * bufferBytes;
+}
+
+// A view of one rank's region.
+struct ShmDirectRegion {
+  char* base = nullptr;
+  ShmDirectHeader* header() const { return reinterpret_cast<ShmDirectHeader*>(base); }
+  char* buffer(uint32_t round, size_t bufferBytes) const {
+    return base + kShmDirectHeaderBytes + (round & 1u) * bufferBytes;
+  }
+};
+
+}  // namespace loom::transport
