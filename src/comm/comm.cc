@@ -1,6 +1,7 @@
 #include "comm/comm.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -105,6 +106,13 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
       remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr});
   }
   c->conns_.resize(static_cast<size_t>(nranks));
+  if (env::spinCount() >= 0) {
+    c->spinCount_ = static_cast<uint64_t>(env::spinCount());
+  } else {
+    cpu_set_t cpus;
+    long ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    c->spinCount_ = static_cast<long>(local.size()) > ncpu ? 100 : 2000;
+  }
   // Direct buffers when every rank shares this host (the direct all-reduce).
   const size_t directBytes =
       local.size() == static_cast<size_t>(nranks) && nranks > 1

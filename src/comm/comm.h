@@ -77,6 +77,11 @@ class Comm {
   bool hasDirect() const;
   uint32_t nextDirectRound() { return ++directRound_; }
 
+  // Polls of a wait before it yields: long when every local rank has a core
+  // of its own, short when ranks outnumber cores (a spinning rank would only
+  // steal the core of the rank it waits for).
+  uint64_t spinCount() const { return spinCount_; }
+
   uint64_t nextSeq() { return ++seq_; }
   uint64_t lastSeq() const { return seq_; }
   std::mutex& opMutex() { return opMutex_; }
@@ -115,6 +120,7 @@ class Comm {
   std::vector<transport::Connection*> netConns_;
   uint64_t seq_ = 0;
   uint32_t directRound_ = 0;
+  uint64_t spinCount_ = 0;
   std::mutex opMutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;

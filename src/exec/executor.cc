@@ -13,10 +13,6 @@ namespace loom::exec {
 using algo::Step;
 using algo::StepOp;
 
-uint64_t Waiter::spinCount() {
-  static const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(0, env::spinCount()));
-  return n;
-}
 
 void Waiter::yieldCpu() { sched_yield(); }
 

@@ -52,7 +52,7 @@ class Waiter {
   Status flush();
 
  private:
-  static uint64_t spinCount();
+  uint64_t spinCount() const { return comm_.spinCount(); }
   static void yieldCpu();
   Status check(int peer, const std::string& what, int64_t* nextLiveCheck);
   // A transport failure, put in the operation's terms (or the abort's).
