@@ -460,14 +460,20 @@ Result<IdContents> parseUniqueId(const loomUniqueId& id) {
 Status makeUniqueId(loomUniqueId* out) {
   const std::string& commId = env::commId();
   if (commId.empty()) return makeLocalUniqueId(out, env::timeoutMs());
+  return makeUniqueIdFor(commId, "LOOM_COMM_ID", out);
+}
+
+Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUniqueId* out) {
   if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "uniqueId is NULL");
   IdContents c;
-  LOOM_ASSIGN(c.root, net::parseHostPort(commId, "LOOM_COMM_ID"));
+  LOOM_ASSIGN(c.root, net::parseHostPort(hostPort, varName));
+  // Derived as for LOOM_COMM_ID=hostPort, so both routes to one address give one id.
   const std::string& secretText = env::commSecret();
-  c.secret = deriveSecret(secretText.empty() ? "LOOM_COMM_ID=" + commId : secretText);
+  c.secret = deriveSecret(secretText.empty() ? "LOOM_COMM_ID=" + hostPort : secretText);
   c.rootOnRank0 = true;
   encodeUniqueId(c, out);
-  LOOM_INFO(kBootstrap, "unique id names LOOM_COMM_ID=%s; rank 0 hosts the root", commId.c_str());
+  LOOM_INFO(kBootstrap, "unique id names %s=%s; rank 0 hosts the root", varName,
+            hostPort.c_str());
   return Status::ok();
 }
 

@@ -27,6 +27,11 @@ struct IdContents {
 // rank 0 starts the root in join().
 Status makeUniqueId(loomUniqueId* out);
 
+// The id makeUniqueId gives with LOOM_COMM_ID=hostPort, for an address that came from elsewhere
+// (loomCommInitFromEnv: MASTER_ADDR, a Slurm node list): every process that passes the same text
+// gets the same id, and rank 0 starts the root in join(). varName names the source in errors.
+Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUniqueId* out);
+
 // Makes a fresh id whose root always runs in a background thread of this
 // process, whatever LOOM_COMM_ID says: for communicators made inside a running
 // job (loomCommInitAll, loomCommSplit), which must not reuse the fixed address.

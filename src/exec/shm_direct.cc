@@ -4,6 +4,7 @@
 
 #include "algorithms/schedule.h"
 #include "transport/shm/shm_setup.h"
+#include "util/env.h"
 
 namespace loom::exec {
 namespace {
@@ -68,12 +69,33 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     return Status::ok();
   };
 
+  // Buffer reuse needs no extra handshake: round g's buffer was last read in
+  // round g-2, and every peer has published its round g-1 input (this rank
+  // waited for it), which it does only after finishing round g-2.
+  if (count > 0 && count * es <= transport::kShmLLBytes && env::proto() != "simple") {
+    // Low-latency path: input and round number in one cache line.
+    const uint32_t g = comm.nextDirectRound();
+    transport::ShmLLLine& line = mine->ll[g & 1];
+    if (scale)
+      kernels::reduce(red, line.data, nullptr, send, count, kernels::kPre);
+    else
+      std::memcpy(line.data, send, count * es);
+    publish(line.round, mine, g);
+    for (int q = 0; q < n; ++q) {
+      ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
+      std::atomic<uint32_t>& word = h->ll[g & 1].round;
+      if (q != me && !reached(word, g))
+        LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, g); },
+                                    [] { return std::string("low-latency all-reduce"); }));
+      bufs[static_cast<size_t>(q)] = h->ll[g & 1].data;
+    }
+    reduceAll(red, recv, bufs, 0, count);
+    return Status::ok();
+  }
+
   for (size_t off = 0; off < count; off += perRound) {
     const size_t len = std::min(perRound, count - off);
     const uint32_t g = comm.nextDirectRound();
-    // This round's buffer was last used two rounds ago: wait until every
-    // peer has finished reading it.
-    LOOM_CHECK(waitAll(&ShmDirectHeader::done, g - 2, "waiting for peers to release a buffer"));
     char* myBuf = shm.direct[static_cast<size_t>(me)].buffer(g, shm.directBytes);
     if (scale)
       kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
@@ -107,7 +129,6 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
         std::memcpy(recv + (off + qo) * es, bufs[static_cast<size_t>(q)] + qo * es, ql * es);
       }
     }
-    publish(mine->done, mine, g);
   }
   return Status::ok();
 }

@@ -22,6 +22,12 @@ constexpr Var kVars[] = {
     {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid"},
     {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root"},
     {"LOOM_COMM_SECRET", "", "shared secret for LOOM_COMM_ID rendezvous (else derived from it)"},
+    {"LOOM_RANK", "",
+     "loomCommInitFromEnv: this process's rank (with LOOM_WORLD_SIZE and LOOM_COMM_ID)"},
+    {"LOOM_WORLD_SIZE", "", "loomCommInitFromEnv: the number of ranks"},
+    {"LOOM_COMM_PORT", "",
+     "loomCommInitFromEnv under Slurm: the root's port on the first node of the step "
+     "(default 28500 + (SLURM_JOB_ID + SLURM_STEP_ID) % 1000)"},
     {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact"},
     {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
     {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory"},
@@ -31,6 +37,8 @@ constexpr Var kVars[] = {
      "polls of a wait before it yields (-1: 2000, or 100 when local ranks outnumber cores)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
     {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)"},
+    {"LOOM_PROTO", "",
+     "force a protocol: LL (input and flag in one cache line, up to 56 B) or simple"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (two per rank, one host only)"},
     {"LOOM_DIRECT_SYM_MAX", "65536",
      "direct all-reduce: every rank reduces the whole message up to this many bytes"},
@@ -74,9 +82,13 @@ LOOM_ENV_STRING(debugSubsys, "LOOM_DEBUG_SUBSYS")
 LOOM_ENV_STRING(debugFile, "LOOM_DEBUG_FILE")
 LOOM_ENV_STRING(commId, "LOOM_COMM_ID")
 LOOM_ENV_STRING(commSecret, "LOOM_COMM_SECRET")
+LOOM_ENV_STRING(rankText, "LOOM_RANK")
+LOOM_ENV_STRING(worldSizeText, "LOOM_WORLD_SIZE")
+LOOM_ENV_STRING(commPort, "LOOM_COMM_PORT")
 LOOM_ENV_STRING(socketIfname, "LOOM_SOCKET_IFNAME")
 LOOM_ENV_STRING(scheduleDump, "LOOM_SCHEDULE_DUMP")
 LOOM_ENV_STRING(algo, "LOOM_ALGO")
+LOOM_ENV_STRING(proto, "LOOM_PROTO")
 LOOM_ENV_INT(directBytes, "LOOM_DIRECT_BYTES")
 LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
 LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")

@@ -14,6 +14,9 @@ const std::string& debugSubsys();    // LOOM_DEBUG_SUBSYS
 const std::string& debugFile();      // LOOM_DEBUG_FILE
 const std::string& commId();         // LOOM_COMM_ID
 const std::string& commSecret();     // LOOM_COMM_SECRET
+const std::string& rankText();       // LOOM_RANK (parsed by loomCommInitFromEnv)
+const std::string& worldSizeText();  // LOOM_WORLD_SIZE (parsed by loomCommInitFromEnv)
+const std::string& commPort();       // LOOM_COMM_PORT (parsed by loomCommInitFromEnv)
 const std::string& socketIfname();   // LOOM_SOCKET_IFNAME
 int64_t timeoutMs();                 // LOOM_TIMEOUT_MS
 bool shmDisable();                   // LOOM_SHM_DISABLE
@@ -22,6 +25,7 @@ int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
 int64_t spinCount();                 // LOOM_SPIN_COUNT
 const std::string& scheduleDump();   // LOOM_SCHEDULE_DUMP
 const std::string& algo();           // LOOM_ALGO
+const std::string& proto();          // LOOM_PROTO
 int64_t directBytes();               // LOOM_DIRECT_BYTES
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 

@@ -3,9 +3,9 @@
 // (src/exec/shm_direct.cc) instead of passing pieces through FIFOs.
 //
 // Each rank owns one region: a header of counters (each on its own cache
-// line; they double as futex words) and two buffers used alternately by
-// successive rounds, so a rank can fill one while slower peers still read
-// the other.
+// line; they double as futex words), two low-latency lines, and two buffers
+// used alternately by successive rounds, so a rank can fill one while slower
+// peers still read the other.
 #pragma once
 
 #include <atomic>
@@ -14,15 +14,23 @@
 
 namespace loom::transport {
 
+// Low-latency line: a round's whole input and its round number share one
+// cache line, so a reader's poll brings the data with the flag.
+struct alignas(64) ShmLLLine {
+  std::atomic<uint32_t> round;
+  uint32_t pad;
+  char data[56];
+};
+constexpr size_t kShmLLBytes = sizeof(ShmLLLine::data);
+
 struct alignas(64) ShmDirectHeader {
   std::atomic<uint32_t> ready;    // rounds whose input this rank has published
   char pad0[60];
   std::atomic<uint32_t> reduced;  // rounds whose slice this rank has reduced
   char pad1[60];
-  std::atomic<uint32_t> done;     // rounds this rank has finished reading
-  char pad2[60];
   std::atomic<uint32_t> sleepers; // ranks blocked on one of these counters
-  char pad3[60];
+  char pad2[60];
+  ShmLLLine ll[2];                // by round parity
 };
 
 constexpr size_t kShmDirectHeaderBytes = 4096;
