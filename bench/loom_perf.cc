@@ -2,8 +2,9 @@
 //
 // Without a launcher it starts -np ranks on this host: the parent picks a free loopback port and
 // forks one child per rank; each child points LOOM_COMM_ID at that port before its first Loom
-// call, and rank 0 hosts the rendezvous there. With LOOM_RANK, LOOM_WORLD_SIZE and LOOM_COMM_ID
-// already set (a launcher started us), the process runs as that one rank.
+// call, and rank 0 hosts the rendezvous there. When a launcher started us (LOOM_RANK and
+// LOOM_WORLD_SIZE, torchrun's RANK, mpirun's OMPI_COMM_WORLD_RANK or srun's SLURM_STEP_ID is set),
+// the process runs as that one rank and loomCommInitFromEnv reads the rest (see loom.h).
 //
 // Buffers are host memory passed with a NULL stream, so every call is complete when it returns;
 // -z is accepted for nccl-tests compatibility and changes nothing.
@@ -410,11 +411,19 @@ std::vector<size_t> Sizes(const Options& o) {
   return sizes;
 }
 
+// rank < 0: a launcher started this process, and its environment says which rank it is.
 int RunRank(const Options& o, int rank, int nranks) {
   g_rank = rank;
-  loomUniqueId id;
-  PERF_CHECK(loomGetUniqueId(&id));
-  PERF_CHECK(loomCommInitRank(&g_comm, nranks, id, rank));
+  if (rank < 0) {
+    PERF_CHECK(loomCommInitFromEnv(&g_comm, nullptr));
+    PERF_CHECK(loomCommUserRank(g_comm, &rank));
+    PERF_CHECK(loomCommCount(g_comm, &nranks));
+    g_rank = rank;
+  } else {
+    loomUniqueId id;
+    PERF_CHECK(loomGetUniqueId(&id));
+    PERF_CHECK(loomCommInitRank(&g_comm, nranks, id, rank));
+  }
   loomComm_t comm = g_comm;
 
   // Every rank's pid and host name, gathered with an all-reduce over zeroed slots.
@@ -694,10 +703,14 @@ Options ParseFlags(int argc, char** argv) {
   return o;
 }
 
-// An integer from the environment, or -1 when unset.
-int EnvInt(const char* name, long lo, long hi) {
-  const char* v = std::getenv(name);
-  return v == nullptr || *v == '\0' ? -1 : FlagInt(name, v, lo, hi);
+// Whether a launcher started this process: one of the variables loomCommInitFromEnv starts from.
+bool UnderLauncher() {
+  for (const char* name : {"LOOM_RANK", "LOOM_WORLD_SIZE", "RANK", "WORLD_SIZE",
+                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_ID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -714,15 +727,6 @@ int main(int argc, char** argv) {
     }
     std::fclose(f);
   }
-  const int world = EnvInt("LOOM_WORLD_SIZE", 1, 1 << 20), rank = EnvInt("LOOM_RANK", 0, 1 << 20);
-  if (world >= 0 || rank >= 0) {
-    const char* id = std::getenv("LOOM_COMM_ID");
-    if (world < 0 || rank < 0 || id == nullptr || *id == '\0' || rank >= world) {
-      std::fprintf(stderr, "%s: a launcher must set LOOM_RANK < LOOM_WORLD_SIZE and LOOM_COMM_ID\n",
-                   kProg);
-      return 2;
-    }
-    return RunRank(o, rank, world);
-  }
+  if (UnderLauncher()) return RunRank(o, -1, 0);
   return Launch(o);
 }

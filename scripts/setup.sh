@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Loom needs to build and test, from Debian 12's packages.
 set -euo pipefail
-pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev iproute2 procps)
+pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev iproute2 procps
+      openmpi-bin libopenmpi-dev libgloo-dev pkg-config)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

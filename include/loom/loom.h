@@ -140,6 +140,24 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
 /// @param devlist CUDA devices, or NULL (rank i takes device i, or none without a GPU).
 loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
 
+/// Creates this process's rank of the world communicator from the variables its
+/// launcher set; no id is passed around. Blocks until every rank has joined.
+/// Launchers are checked in this order, the first one found being used:
+///   Loom:     LOOM_RANK, LOOM_WORLD_SIZE, LOOM_COMM_ID=host:port.
+///   torchrun: RANK, WORLD_SIZE; the root at MASTER_ADDR, port MASTER_PORT + 1
+///             (torchrun's own store holds MASTER_PORT).
+///   Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; the root at
+///             LOOM_COMM_ID, or as for torchrun when MASTER_ADDR is set.
+///   Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_ID (ranks started by srun);
+///             the root on the first node of SLURM_STEP_NODELIST (or
+///             SLURM_JOB_NODELIST) at port LOOM_COMM_PORT, by default
+///             28500 + (SLURM_JOB_ID + SLURM_STEP_ID) % 1000.
+/// LOOM_COMM_ID, when set, names the root under every launcher; rank 0 hosts it.
+/// @param comm receives the communicator.
+/// @param config options, or NULL for the defaults.
+/// @return loomInvalidArgument naming the variable that is missing or malformed.
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
+
 /// Splits comm by colour; ranks of one colour form a new communicator ordered
 /// by key, then by old rank. Collective over comm.
 /// @param color non-negative colour, or LOOM_SPLIT_NOCOLOR (newcomm gets NULL).
@@ -231,6 +249,28 @@ loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int
 
 /// Returns once every rank of comm has entered the barrier.
 loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
+
+/// One rank's lateness over the operations a communicator has timed so far
+/// (operations whose peers' entry times are known: all-reduces of a
+/// communicator whose ranks share one host).
+typedef struct {
+  int rank;                  ///< the rank described
+  unsigned long long ops;    ///< operations counted
+  unsigned long long timesLast; ///< how often this rank entered last
+  double meanLateUs;         ///< mean time after the first rank's entry
+  double maxLateUs;          ///< largest time after the first rank's entry
+  double waitCausedUs;       ///< total time other ranks waited for it when it was last
+} loomStragglerStat_t;
+
+/// Writes this rank's flight recorder (the last LOOM_FLIGHT_RECORDER
+/// operations: what, state, entry and end times, waits) as JSON.
+/// @param path the file, or NULL for LOOM_TRACE_DIR/loom-trace-<comm>-rank<r>.json.
+loomResult_t loomCommDumpTrace(loomComm_t comm, const char* path);
+
+/// Fills a per-rank straggler summary, as this rank has observed it.
+/// @param stats array of nstats entries; entry r describes rank r.
+/// @param nstats at least the communicator's rank count.
+loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* stats, int nstats);
 
 /// Starts a group: the calls up to the matching loomGroupEnd are issued together.
 loomResult_t loomGroupStart(void);

@@ -212,6 +212,7 @@ Status destroy(loomComm* h, bool abort) {
     // Wait for an operation running on another thread to leave.
     std::lock_guard<std::mutex> lock(comm->opMutex());
   }
+  comm->dumpTraceIfConfigured(abort ? "abort" : "destroy");
   unregisterComm(h);
   delete h;
   return Status::ok();
@@ -447,6 +448,37 @@ loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
       return LOOM_ERROR(loomInvalidArgument,
                         "op: " + std::to_string(v) + " is not a live PreMulSum operation");
     c->userOps()[idx].reset();
+    return Status::ok();
+  });
+}
+
+loomResult_t loomCommDumpTrace(loomComm_t comm, const char* path) {
+  return guard("loomCommDumpTrace", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    return c->dumpTrace(path != nullptr ? path : "", "request");
+  });
+}
+
+loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* stats,
+                                         int nstats) {
+  return guard("loomCommGetStragglerSummary", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (stats == nullptr) return LOOM_ERROR(loomInvalidArgument, "stats: NULL");
+    if (nstats < c->nranks())
+      return LOOM_ERROR(loomInvalidArgument, "nstats: " + std::to_string(nstats) +
+                                                 " is less than the rank count " +
+                                                 std::to_string(c->nranks()));
+    std::vector<loom::trace::RankLateness> l = c->recorder().lateness();
+    for (int r = 0; r < c->nranks(); ++r) {
+      const auto& x = l[static_cast<size_t>(r)];
+      loomStragglerStat_t& o = stats[r];
+      o.rank = r;
+      o.ops = x.ops;
+      o.timesLast = x.timesLast;
+      o.meanLateUs = x.ops ? x.sumLateNs / static_cast<double>(x.ops) / 1e3 : 0.0;
+      o.maxLateUs = static_cast<double>(x.maxLateNs) / 1e3;
+      o.waitCausedUs = x.waitCausedNs / 1e3;
+    }
     return Status::ok();
   });
 }

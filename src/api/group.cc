@@ -74,16 +74,32 @@ Status runCollective(Comm& comm, const Call& c) {
   op.elemSize = kernels::typeSize(c.dtype);
   LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
   op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+  trace::FlightRecorder& rec = comm.recorder();
+  op.record = rec.begin(op.seq, op.name, c.count, c.dtype, c.op, c.root);
+  Status s;
   // Tuner: on one host the direct all-reduce beats the ring at every size
   // (no FIFO hop, each byte reduced once); LOOM_ALGO=ring forces the ring.
   if (c.coll == algo::Coll::AllReduce && comm.hasDirect() && env::algo() != "ring") {
-    const bool symmetric = c.count * op.elemSize <= static_cast<size_t>(env::directSymMax());
-    return exec::runDirectAllReduce(comm, op, c.count, symmetric);
+    const size_t bytes = c.count * op.elemSize;
+    const bool symmetric = bytes <= static_cast<size_t>(env::directSymMax());
+    if (op.record != nullptr) {
+      op.record->algorithm = "direct";
+      op.record->proto = exec::directUsesLL(bytes) ? "LL" : symmetric ? "symmetric" : "slices";
+    }
+    s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
+  } else {
+    algo::Schedule sched = algo::build(c.coll, comm.rank(), comm.nranks(), c.root, c.count,
+                                       isInPlace(comm, c, op.elemSize));
+    dumpSchedule(sched);
+    if (op.record != nullptr) {
+      op.record->algorithm = sched.algorithm;
+      op.record->proto = "simple";
+    }
+    s = exec::run(comm, sched, op);
   }
-  algo::Schedule s = algo::build(c.coll, comm.rank(), comm.nranks(), c.root, c.count,
-                                 isInPlace(comm, c, op.elemSize));
-  dumpSchedule(s);
-  return exec::run(comm, s, op);
+  rec.end(op.record, s);
+  if (s.isOk()) comm.publishCompleted(op.seq);
+  return s;
 }
 
 Status runLocked(Comm& comm, const std::vector<Call>& calls) {
@@ -108,7 +124,11 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     op.name = "sendrecv";
     op.seq = comm.nextSeq();
     op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+    op.record = comm.recorder().begin(op.seq, op.name, p2p.size(), loomUint8, 0, -1);
+    if (op.record != nullptr) op.record->algorithm = "p2p";
     s = exec::runP2P(comm, p2p, op);
+    comm.recorder().end(op.record, s);
+    if (s.isOk()) comm.publishCompleted(op.seq);
   }
   for (const Call& c : calls) {
     if (!s.isOk()) break;

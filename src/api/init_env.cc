@@ -58,7 +58,7 @@ struct Launch {
   const Launcher* launcher = nullptr;
   int rank = 0;
   int size = 0;
-  int localRank = -1;    // -1: not given
+  int localRank = -1;             // -1: not given
   std::string hostPort;           // where the root listens
   std::string source;             // the variables that named it, for messages
   const char* addrVar = nullptr;  // the variable to name when hostPort is no address

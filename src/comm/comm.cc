@@ -73,6 +73,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   c->nranks_ = nranks;
   c->options_ = options;
   log::setThreadRank(rank);
+  c->recorder_ = std::make_unique<trace::FlightRecorder>(
+      static_cast<size_t>(std::max<int64_t>(0, env::flightRecorder())), rank, nranks);
+  if (!env::traceDir().empty()) trace::installSignalHandler();
+  c->dumpRequestsSeen_ = trace::dumpRequests();
   const int64_t deadline = nowNs() + options.timeoutMs * 1000000;
   const size_t slotBytes = static_cast<size_t>(std::max<int64_t>(4096, env::slotBytes()));
   // Rings need two slots per link: a recv-reduce-send holds the incoming slot
@@ -163,8 +167,10 @@ Status Comm::asyncError() const {
 void Comm::fail(const Status& s) {
   {
     std::lock_guard<std::mutex> lock(errorMutex_);
-    if (asyncError_.isOk()) asyncError_ = s;
+    if (!asyncError_.isOk()) return;
+    asyncError_ = s;
   }
+  dumpTraceIfConfigured(s.code() == loomTimeout ? "timeout" : "error");
   for (auto& c : conns_)
     if (c) c->markBroken();
 }
@@ -183,6 +189,44 @@ Status Comm::checkPeerAlive(int r) const {
   if (alive) return Status::ok();
   return LOOM_ERROR(loomRemoteError,
                     "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) + ") has exited");
+}
+
+Status Comm::dumpTrace(const std::string& path, const std::string& reason) {
+  std::string p = path;
+  if (p.empty()) {
+    if (env::traceDir().empty())
+      return LOOM_ERROR(loomInvalidArgument, "path: NULL and LOOM_TRACE_DIR is not set");
+    char name[96];
+    std::snprintf(name, sizeof(name), "/loom-trace-%016llx-rank%d.json",
+                  static_cast<unsigned long long>(bootstrap_ ? bootstrap_->commHash() : 0),
+                  rank_);
+    p = env::traceDir() + name;
+  }
+  return recorder_->dump(p, options_.name, bootstrap_ ? bootstrap_->commHash() : 0, reason);
+}
+
+void Comm::dumpTraceIfConfigured(const std::string& reason) {
+  if (env::traceDir().empty() || !recorder_->enabled()) return;
+  Status s = dumpTrace("", reason);
+  if (!s.isOk()) LOOM_WARN(kTrace, "%s", s.message().c_str());
+}
+
+void Comm::pollDumpRequest() {
+  uint64_t n = trace::dumpRequests();
+  if (n == dumpRequestsSeen_) return;
+  dumpRequestsSeen_ = n;
+  dumpTraceIfConfigured("SIGUSR1");
+}
+
+void Comm::publishCompleted(uint64_t seq) {
+  if (hasDirect())
+    shm_->direct[static_cast<size_t>(rank_)].header()->lastSeq.store(seq,
+                                                                    std::memory_order_relaxed);
+}
+
+uint64_t Comm::peerLastSeq(int r) const {
+  if (!hasDirect()) return 0;
+  return shm_->direct[static_cast<size_t>(r)].header()->lastSeq.load(std::memory_order_relaxed);
 }
 
 std::string Comm::describe() const {

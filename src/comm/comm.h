@@ -21,6 +21,7 @@
 #include "algorithms/kernels/cpu/reduce.h"
 #include "bootstrap/bootstrap.h"
 #include "loom/loom.h"
+#include "trace/recorder.h"
 #include "transport/transport.h"
 #include "util/status.h"
 
@@ -103,6 +104,19 @@ class Comm {
   // PreMulSum reducers made by loomRedOpCreatePreMulSum (op = loomNumOps + index).
   std::vector<std::unique_ptr<kernels::Reducer>>& userOps() { return userOps_; }
 
+  trace::FlightRecorder& recorder() { return *recorder_; }
+  // Writes the flight recorder to `path` ("" : LOOM_TRACE_DIR's file for this
+  // rank). reason says why ("timeout", "SIGUSR1", ...).
+  Status dumpTrace(const std::string& path, const std::string& reason);
+  // Dumps into LOOM_TRACE_DIR, if set (errors are logged, not returned).
+  void dumpTraceIfConfigured(const std::string& reason);
+  // Dumps if a SIGUSR1 arrived since the last look. Cheap; called by waits.
+  void pollDumpRequest();
+  // Publishes this rank's last completed operation where local peers see it.
+  void publishCompleted(uint64_t seq);
+  // A local peer's last completed operation, or 0 when unknown.
+  uint64_t peerLastSeq(int r) const;
+
   // A short description for messages: "rank 3 of 8 (name)".
   std::string describe() const;
 
@@ -126,6 +140,8 @@ class Comm {
   mutable std::mutex errorMutex_;
   Status asyncError_;
   std::vector<std::unique_ptr<kernels::Reducer>> userOps_;
+  std::unique_ptr<trace::FlightRecorder> recorder_;
+  uint64_t dumpRequestsSeen_ = 0;
 };
 
 }  // namespace loom

@@ -30,12 +30,16 @@ Status Waiter::check(int peer, const std::string& what, int64_t* nextLiveCheck) 
   const std::string where = this->where();
   if (comm_.aborted())
     return LOOM_ERROR(loomInvalidUsage, where + " was aborted by loomCommAbort");
+  comm_.pollDumpRequest();
   int64_t now = nowNs();
-  if (now > op_.deadlineNs)
-    return LOOM_ERROR(loomTimeout, where + " timed out after " +
-                                       std::to_string(comm_.options().timeoutMs) +
-                                       " ms waiting for rank " + std::to_string(peer) +
-                                       " (" + what + ")");
+  if (now > op_.deadlineNs) {
+    std::string msg = where + " timed out after " + std::to_string(comm_.options().timeoutMs) +
+                      " ms waiting for rank " + std::to_string(peer) + " (" + what + ")";
+    if (uint64_t last = comm_.peerLastSeq(peer))
+      msg += "; rank " + std::to_string(peer) + " last completed operation #" +
+             std::to_string(last);
+    return LOOM_ERROR(loomTimeout, msg);
+  }
   if (now >= *nextLiveCheck) {
     *nextLiveCheck = now + 100'000'000;
     Status s = comm_.checkPeerAlive(peer);

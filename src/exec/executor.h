@@ -28,6 +28,17 @@ struct OpArgs {
   size_t elemSize = 1;
   kernels::Reducer reducer;
   int64_t deadlineNs = 0;
+  trace::OpRecord* record = nullptr;  // the flight recorder's entry, or null
+};
+
+// Adds a wait that went past spinning to the operation's record.
+struct WaitTimer {
+  trace::OpRecord* record;
+  int peer;
+  const int64_t* since;
+  ~WaitTimer() {
+    if (*since != 0) trace::FlightRecorder::addWait(record, peer, nowNs() - *since);
+  }
 };
 
 // Waits for one connection to become ready, with every check of the header.
@@ -83,6 +94,8 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op);
 template <typename Ready, typename What>
 Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, What&& what) {
   int64_t nextLiveCheck = 0;
+  int64_t blockedSince = 0;
+  WaitTimer timer{op_.record, conn->peer(), &blockedSince};
   // Polling a socket is a system call: spin briefly on sockets, longer on
   // shared memory (where other sockets are moved every 64 polls).
   const bool net = conn->fd() >= 0;
@@ -99,6 +112,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
       cpuRelax();
       continue;
     }
+    if (i == spins) blockedSince = nowNs();
     s = check(conn->peer(), what(), &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + 16)
@@ -112,6 +126,8 @@ template <typename Ready, typename What>
 Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleepers,
                          Ready&& ready, What&& what) {
   int64_t nextLiveCheck = 0;
+  int64_t blockedSince = 0;
+  WaitTimer timer{op_.record, peer, &blockedSince};
   const uint64_t spins = spinCount();
   for (uint64_t i = 0;; ++i) {
     if (ready()) return Status::ok();
@@ -119,9 +135,11 @@ Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint
       cpuRelax();
       continue;
     }
+    if (i == spins) blockedSince = nowNs();
     Status s = comm_.conn(peer)->progress();
-    if (s.isOk()) s = check(peer, what(), &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : failed(s, what());
+    s = check(peer, what(), &nextLiveCheck);
+    if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + 16) {
       yieldCpu();
       continue;

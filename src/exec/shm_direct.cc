@@ -42,6 +42,10 @@ void reduceAll(const kernels::Reducer& red, char* dst, const std::vector<const c
 
 }  // namespace
 
+bool directUsesLL(size_t bytes) {
+  return bytes <= transport::kShmLLBytes && env::proto() != "simple";
+}
+
 Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symmetric) {
   const transport::ShmLinks& shm = *comm.shm();
   const int n = comm.nranks();
@@ -72,10 +76,21 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   // Buffer reuse needs no extra handshake: round g's buffer was last read in
   // round g-2, and every peer has published its round g-1 input (this rank
   // waited for it), which it does only after finishing round g-2.
-  if (count > 0 && count * es <= transport::kShmLLBytes && env::proto() != "simple") {
+  // Every rank's entry time, read once its first round's input is in: the
+  // flight recorder learns who arrived last without an extra message.
+  const int64_t enterNs = op.record != nullptr ? op.record->enterNs : nowNs();
+  auto noteArrivals = [&](auto enterOf) {
+    if (op.record == nullptr) return;
+    std::vector<int64_t> enters(static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) enters[static_cast<size_t>(q)] = enterOf(q);
+    comm.recorder().noteArrivals(op.record, enters);
+  };
+
+  if (count > 0 && directUsesLL(count * es)) {
     // Low-latency path: input and round number in one cache line.
     const uint32_t g = comm.nextDirectRound();
     transport::ShmLLLine& line = mine->ll[g & 1];
+    line.enterNs = enterNs;
     if (scale)
       kernels::reduce(red, line.data, nullptr, send, count, kernels::kPre);
     else
@@ -89,6 +104,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
                                     [] { return std::string("low-latency all-reduce"); }));
       bufs[static_cast<size_t>(q)] = h->ll[g & 1].data;
     }
+    noteArrivals([&](int q) {
+      return shm.direct[static_cast<size_t>(q)].header()->ll[g & 1].enterNs;
+    });
     reduceAll(red, recv, bufs, 0, count);
     return Status::ok();
   }
@@ -101,10 +119,15 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
     else
       std::memcpy(myBuf, send + off * es, len * es);
+    mine->enterNs[g & 1] = enterNs;
     publish(mine->ready, mine, g);
     for (int q = 0; q < n; ++q)
       bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
     LOOM_CHECK(waitAll(&ShmDirectHeader::ready, g, "waiting for peers' input"));
+    if (off == 0)
+      noteArrivals([&](int q) {
+        return shm.direct[static_cast<size_t>(q)].header()->enterNs[g & 1];
+      });
 
     if (symmetric) {
       reduceAll(red, recv + off * es, bufs, 0, len);

@@ -21,5 +21,7 @@
 namespace loom::exec {
 
 Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symmetric);
+// Whether an all-reduce of `bytes` takes the low-latency path.
+bool directUsesLL(size_t bytes);
 
 }  // namespace loom::exec

@@ -39,6 +39,9 @@ constexpr Var kVars[] = {
     {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)"},
     {"LOOM_PROTO", "",
      "force a protocol: LL (input and flag in one cache line, up to 56 B) or simple"},
+    {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)"},
+    {"LOOM_TRACE_DIR", "",
+     "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (two per rank, one host only)"},
     {"LOOM_DIRECT_SYM_MAX", "65536",
      "direct all-reduce: every rank reduces the whole message up to this many bytes"},
@@ -90,6 +93,8 @@ LOOM_ENV_STRING(scheduleDump, "LOOM_SCHEDULE_DUMP")
 LOOM_ENV_STRING(algo, "LOOM_ALGO")
 LOOM_ENV_STRING(proto, "LOOM_PROTO")
 LOOM_ENV_INT(directBytes, "LOOM_DIRECT_BYTES")
+LOOM_ENV_INT(flightRecorder, "LOOM_FLIGHT_RECORDER")
+LOOM_ENV_STRING(traceDir, "LOOM_TRACE_DIR")
 LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
 LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")

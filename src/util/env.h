@@ -27,6 +27,8 @@ const std::string& scheduleDump();   // LOOM_SCHEDULE_DUMP
 const std::string& algo();           // LOOM_ALGO
 const std::string& proto();          // LOOM_PROTO
 int64_t directBytes();               // LOOM_DIRECT_BYTES
+int64_t flightRecorder();            // LOOM_FLIGHT_RECORDER
+const std::string& traceDir();       // LOOM_TRACE_DIR
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 
 // Prints every declared variable at INFO (once per process).

@@ -19,17 +19,22 @@ namespace loom::transport {
 struct alignas(64) ShmLLLine {
   std::atomic<uint32_t> round;
   uint32_t pad;
-  char data[56];
+  int64_t enterNs;  // when this rank entered the operation of `round`
+  char data[48];
 };
 constexpr size_t kShmLLBytes = sizeof(ShmLLLine::data);
 
 struct alignas(64) ShmDirectHeader {
   std::atomic<uint32_t> ready;    // rounds whose input this rank has published
-  char pad0[60];
+  uint32_t pad0;
+  int64_t enterNs[2];             // by round parity: when this rank entered that round's op
+  char pad0b[40];
   std::atomic<uint32_t> reduced;  // rounds whose slice this rank has reduced
   char pad1[60];
   std::atomic<uint32_t> sleepers; // ranks blocked on one of these counters
   char pad2[60];
+  std::atomic<uint64_t> lastSeq;  // the last operation this rank completed
+  char pad3[56];
   ShmLLLine ll[2];                // by round parity
 };
 

@@ -9,6 +9,11 @@
 // fp16, bf16, fp8 (e4m3, e5m2) compute in fp32 and round to nearest even
 // once per element; fp8 conversions saturate to the largest finite value.
 // dst may alias in or local exactly. Thread safe; no allocation.
+//
+// reduceMany() combines any number of sources in one pass. Both run scalar, AVX2 or AVX-512
+// loops, whichever is the best the CPU supports (chosen once, at first use; the environment
+// variable LOOM_KERNEL_ISA=scalar|avx2|avx512 caps the level); every level gives
+// bit-identical results.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +46,19 @@ Reducer makePreMulSum(loomDataType_t dtype, const void* scalar);
 
 void reduce(const Reducer& r, void* dst, const void* in, const void* local, size_t n,
             uint32_t flags);
+
+// dst[i] = post( srcs[0][i] (+) srcs[1][i] (+) ... (+) srcs[nsrc-1][i] ), combined in index
+// order with the result rounded to dtype after every combine, so that the result is bit for
+// bit that of chaining reduce(r, dst, acc, srcs[k], n, 0) for k = 1, 2, ... with acc =
+// srcs[0] and then dst (kPost on the last call only). kPre is not applied: the sources are
+// already scaled. One source gives reduce(r, dst, nullptr, srcs[0], n, flags & kPost); none
+// does nothing. dst may alias srcs[0] exactly, no other source. Each source is read once
+// and dst written once, a few KiB at a time.
+void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
+                uint32_t flags);
+
+// The instruction-set level reduce() and reduceMany() use: "scalar", "avx2" or "avx512".
+const char* kernelIsa();
 
 // Scalar conversions (exposed for tests and the verifier's references).
 float halfToFloat(uint16_t h);

@@ -1,0 +1,76 @@
+// The AVX-512 kernel set (AVX512F and AVX512BW): reduce_common.inc and reduce_vector.inc
+// compiled for 64-byte vectors. Used only where the CPU has both (see reduce_isa.h).
+//
+// bf16 converts with integer shifts, not AVX512-BF16's VCVTNEPS2BF16: that instruction
+// flushes subnormal inputs to zero, which the other levels do not.
+#include <cstring>
+#include <type_traits>
+
+#include "algorithms/kernels/cpu/reduce.h"
+#include "algorithms/kernels/cpu/reduce_isa.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LOOM_KERNELS_AVX512 1
+#include <immintrin.h>
+
+// Everything defined below is compiled for AVX512F and AVX512BW, without contracting a
+// multiply and an add into a fused multiply-add (see reduce.cc).
+#pragma GCC target("avx512f,avx512bw")
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace loom::kernels {
+
+#if defined(LOOM_KERNELS_AVX512)
+namespace {
+
+#include "algorithms/kernels/cpu/reduce_common.inc"
+
+struct Isa {
+  static constexpr int kFloatLanes = 16;
+  using Floats = __m512;
+  using Words = __m512i;
+  using Bytes = __m128i;
+  using Halves = __m256i;
+  static constexpr __mmask16 kAll = 0xffff;
+
+  static Bytes LoadPacked(const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  }
+  static Halves LoadPacked(const uint16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static void StorePacked(uint8_t* p, Bytes b) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), b);
+  }
+  static void StorePacked(uint16_t* p, Halves h) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+  }
+  // The zero-masking forms with every lane selected: GCC 12's unmasked ones warn about an
+  // uninitialised variable of their own under -Wall.
+  static Words WidenBytes(Bytes b) { return _mm512_maskz_cvtepu8_epi32(kAll, b); }
+  static Words WidenHalves(Halves h) { return _mm512_maskz_cvtepu16_epi32(kAll, h); }
+  static Bytes NarrowBytes(Words w) { return _mm512_maskz_cvtepi32_epi8(kAll, w); }
+  static Halves NarrowHalves(Words w) { return _mm512_maskz_cvtepi32_epi16(kAll, w); }
+  static Floats HalfToFloat(Halves h) { return _mm512_maskz_cvtph_ps(kAll, h); }
+  static Halves FloatToHalf(Floats f) {
+    return _mm512_maskz_cvtps_ph(kAll, f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+};
+
+#include "algorithms/kernels/cpu/reduce_vector.inc"
+
+constexpr internal::KernelSet kAvx512Kernels{"avx512", ReduceWith<VecKernel>,
+                                             ReduceManyWith<VecKernel>};
+
+}  // namespace
+
+const internal::KernelSet* internal::avx512Kernels() { return &kAvx512Kernels; }
+
+#else
+
+const internal::KernelSet* internal::avx512Kernels() { return nullptr; }
+
+#endif
+
+}  // namespace loom::kernels

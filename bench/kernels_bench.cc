@@ -1,0 +1,155 @@
+// Micro-benchmarks of the reduction kernels at every instruction-set level this CPU supports,
+// beside memcpy in the same run.
+//
+// Throughput counts every byte read and written: memcpy 2 x size, reduce() 3 x size (two
+// inputs, one output), reduceMany() with k sources (k + 1) x size, where size is the length
+// of one buffer. Each size runs memcpy first, then reduce() sum for each type and level, then
+// reduceMany() sum over fp32 for each source count and level:
+//   loom-kernels-bench --benchmark_filter='fp16'   (one type)
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algorithms/kernels/cpu/reduce.h"
+#include "algorithms/kernels/cpu/reduce_isa.h"
+
+namespace loom::kernels {
+namespace {
+
+constexpr size_t kSizes[] = {4 << 10, 256 << 10, 8 << 20};
+
+struct TypeCase {
+  loomDataType_t dtype;
+  const char* name;
+};
+
+constexpr TypeCase kTypes[] = {
+    {loomFloat32, "fp32"}, {loomFloat64, "fp64"},  {loomInt32, "int32"},
+    {loomFloat16, "fp16"}, {loomBfloat16, "bf16"}, {loomFloat8e4m3, "fp8e4m3"},
+};
+
+constexpr size_t kManySources[] = {2, 4, 8};
+
+// size bytes of finite values of dtype in [-4, 4] (integers: any value).
+std::vector<unsigned char> MakeBuffer(loomDataType_t dtype, size_t size, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-4.0f, 4.0f);
+  std::vector<unsigned char> buf(size);
+  const size_t es = typeSize(dtype);
+  for (size_t i = 0; i + es <= size; i += es) {
+    uint64_t raw = rng();
+    const float f = value(rng);
+    switch (dtype) {
+      case loomFloat32:
+        std::memcpy(&raw, &f, sizeof(f));
+        break;
+      case loomFloat64: {
+        const double d = f;
+        std::memcpy(&raw, &d, sizeof(d));
+        break;
+      }
+      case loomFloat16:
+        raw = floatToHalf(f);
+        break;
+      case loomBfloat16:
+        raw = floatToBf16(f);
+        break;
+      case loomFloat8e4m3:
+        raw = floatToE4m3(f);
+        break;
+      default:
+        break;
+    }
+    std::memcpy(buf.data() + i, &raw, es);
+  }
+  return buf;
+}
+
+void BM_Memcpy(benchmark::State& state, size_t size) {
+  std::vector<unsigned char> src = MakeBuffer(loomInt32, size, 1), dst(size);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), size);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
+}
+
+void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels,
+               loomDataType_t dtype, size_t size) {
+  const Reducer r = makeReducer(dtype, loomSum, 2);
+  const size_t n = size / typeSize(dtype);
+  std::vector<unsigned char> in = MakeBuffer(dtype, size, 1), local = MakeBuffer(dtype, size, 2);
+  std::vector<unsigned char> dst(size);
+  for (auto _ : state) {
+    kernels->reduce(r, dst.data(), in.data(), local.data(), n, 0);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * size));
+}
+
+void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, size_t nsrc,
+                   size_t size) {
+  const Reducer r = makeReducer(loomFloat32, loomSum, static_cast<int>(nsrc));
+  const size_t n = size / sizeof(float);
+  std::vector<std::vector<unsigned char>> bufs;
+  std::vector<const void*> srcs;
+  for (size_t k = 0; k < nsrc; ++k) {
+    bufs.push_back(MakeBuffer(loomFloat32, size, k + 1));
+    srcs.push_back(bufs.back().data());
+  }
+  std::vector<unsigned char> dst(size);
+  for (auto _ : state) {
+    kernels->reduceMany(r, dst.data(), srcs.data(), nsrc, n, 0);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (nsrc + 1) * size));
+}
+
+std::string SizeName(size_t size) {
+  return size >= (1 << 20) ? std::to_string(size >> 20) + "MiB" : std::to_string(size >> 10) + "KiB";
+}
+
+void RegisterAll() {
+  std::vector<const internal::KernelSet*> levels;
+  for (internal::Isa isa : {internal::Isa::kScalar, internal::Isa::kAvx2, internal::Isa::kAvx512}) {
+    if (const internal::KernelSet* k = internal::kernelsFor(isa)) levels.push_back(k);
+  }
+  for (size_t size : kSizes) {
+    const std::string suffix = "/" + SizeName(size);
+    benchmark::RegisterBenchmark(("memcpy" + suffix).c_str(), BM_Memcpy, size);
+    for (const TypeCase& t : kTypes) {
+      for (const internal::KernelSet* k : levels) {
+        benchmark::RegisterBenchmark(
+            (std::string("reduce/") + t.name + "/" + k->name + suffix).c_str(), BM_Reduce, k,
+            t.dtype, size);
+      }
+    }
+    for (size_t nsrc : kManySources) {
+      for (const internal::KernelSet* k : levels) {
+        benchmark::RegisterBenchmark(
+            ("reduceMany" + std::to_string(nsrc) + "/fp32/" + k->name + suffix).c_str(),
+            BM_ReduceMany, k, nsrc, size);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::kernels
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("kernel_isa", loom::kernels::kernelIsa());
+  loom::kernels::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# compare.sh: Loom's all-reduce beside Open MPI and Gloo on this host, in one run.
+#
+# usage: bench/peers/compare.sh [-q] [-o results.md] [-r reps] [-c shm2,shm4,tcp2]
+#                               [-b minbytes] [-e maxbytes] [-f factor] [-T timeout_s]
+#                               [-l logdir] [BUILD_DIR (default ./build)]
+#
+# It builds nothing. Build first, in BUILD_DIR:
+#   scripts/setup.sh                       # installs openmpi-bin, libopenmpi-dev, libgloo-dev
+#   cmake -S . -B build && cmake --build build -j1 --target loom-perf memcpy-bw \
+#       mpi-allreduce-perf gloo-allreduce-perf
+# A peer whose binary (or package) is missing shows as n/a; Loom's is required.
+#
+# Configurations (-c picks a subset):
+#   shm2  2 ranks, shared memory: Loom as it chooses (shm); Open MPI ob1 with btl vader,self
+#   shm4  4 ranks the same way, oversubscribing a 2-core machine
+#   tcp2  2 ranks, TCP over loopback: Loom with LOOM_SHM_DISABLE=1; Open MPI ob1 with btl
+#         tcp,self on lo
+# Gloo has only its TCP transport: it runs over loopback in every configuration.
+# OMPI_SHM_MCA and OMPI_TCP_MCA (environment) replace the Open MPI flags above.
+#
+# Every run is float32/sum, out-of-place and in-place, checked (#wrong) by each benchmark. The
+# sizes go from -b to -e (default 8 B to 256 MiB) by factor -f (default 4), plus -e itself and
+# 64 MiB when in range. For each size, Loom, Open MPI and Gloo run one after the other (the first
+# of them rotating from size to size), so that load from other work on the machine falls on all
+# of them alike; -r repeats the whole sweep and keeps each one's best time. Iterations per size:
+# 4 GiB / size, clamped to 5..1000 (warm-up 5). -q (quick): 8 B to 64 MiB by factor 32 (8 B,
+# 256 B, 8 KiB, 256 KiB, 8 MiB, 64 MiB), 512 MiB / size clamped to 3..200 iterations, warm-up 2.
+#
+# Output: one merged table per configuration with each library's out-of-place time (us) and
+# busbw (GB/s), the busbw ratios loom/ompi and loom/gloo (above 1: Loom is faster) and, up to
+# 64 KiB where busbw rounds to 0, the time ratios (below 1: Loom is faster). One core's memcpy
+# bandwidth (memcpy-bw, 64 MiB, measured at the start and at the end, best kept) is the yardstick
+# for Loom's busbw at 64 MiB. -o writes the same tables as markdown (for docs/PERFORMANCE.md).
+# Each run's own table is kept in the log directory (-l, default a new /tmp/loom-compare.*).
+#
+# Exit status: 0 when every run of Loom passed its checks, 1 otherwise, 2 on bad usage.
+
+set -uo pipefail
+
+usage() {
+  sed -n '3,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+bytes() {  # 64M -> 67108864
+  local v=$1 m=1
+  case $v in
+    *[kK]) m=1024; v=${v%?} ;;
+    *[mM]) m=$((1 << 20)); v=${v%?} ;;
+    *[gG]) m=$((1 << 30)); v=${v%?} ;;
+  esac
+  [[ $v =~ ^[0-9]+$ ]] || { echo "compare.sh: bad size '$1'" >&2; exit 2; }
+  echo $((v * m))
+}
+
+human() {  # 67108864 -> "64 MiB"
+  local b=$1
+  if ((b >= 1 << 30 && b % (1 << 30) == 0)); then echo "$((b >> 30)) GiB"
+  elif ((b >= 1 << 20 && b % (1 << 20) == 0)); then echo "$((b >> 20)) MiB"
+  elif ((b >= 1 << 10 && b % (1 << 10) == 0)); then echo "$((b >> 10)) KiB"
+  else echo "$b B"; fi
+}
+
+quick=0 out="" reps=1 configs="shm2,shm4,tcp2" minb="" maxb="" factor="" timeout_s=900 logdir=""
+while getopts "qo:r:c:b:e:f:T:l:h" opt; do
+  case $opt in
+    q) quick=1 ;;
+    o) out=$OPTARG ;;
+    r) reps=$OPTARG ;;
+    c) configs=$OPTARG ;;
+    b) minb=$(bytes "$OPTARG") || exit 2 ;;
+    e) maxb=$(bytes "$OPTARG") || exit 2 ;;
+    f) factor=$OPTARG ;;
+    T) timeout_s=$OPTARG ;;
+    l) logdir=$OPTARG ;;
+    *) usage ;;
+  esac
+done
+shift $((OPTIND - 1))
+(($# <= 1)) || usage
+build=${1:-./build}
+[[ $reps =~ ^[1-9][0-9]*$ && $timeout_s =~ ^[1-9][0-9]*$ ]] || usage
+
+ref_size=$((64 << 20))  # the size set against memcpy
+if ((quick)); then
+  : "${minb:=8}" "${maxb:=$ref_size}" "${factor:=32}"
+  iter_bytes=$((512 << 20)) nmin=3 nmax=200 warm=2
+else
+  : "${minb:=8}" "${maxb:=$((256 << 20))}" "${factor:=4}"
+  iter_bytes=$((4 << 30)) nmin=5 nmax=1000 warm=5
+fi
+[[ $factor =~ ^[0-9]+$ ]] && ((factor >= 2)) || { echo "compare.sh: -f must be >= 2" >&2; exit 2; }
+((minb >= 1 && minb <= maxb)) || { echo "compare.sh: need 1 <= -b <= -e" >&2; exit 2; }
+
+sizes=()
+for ((s = minb; s <= maxb; s *= factor)); do sizes+=("$s"); done
+sizes+=("$maxb")
+((minb <= ref_size && ref_size <= maxb)) && sizes+=("$ref_size")
+mapfile -t sizes < <(printf '%s\n' "${sizes[@]}" | sort -n -u)
+
+find_bin() {  # the first of BUILD/name, BUILD/bench/peers/name that is executable
+  local p
+  for p in "$build/$1" "$build/bench/peers/$1"; do
+    [[ -x $p ]] && { echo "$p"; return; }
+  done
+}
+LOOM=$(find_bin loom-perf)
+MPI_PERF=$(find_bin mpi-allreduce-perf)
+GLOO=$(find_bin gloo-allreduce-perf)
+MEMCPY=$(find_bin memcpy-bw)
+KERNELS=$(find_bin loom-kernels-bench)
+MPIRUN=$(command -v mpirun || true)
+[[ -n $LOOM ]] || { echo "compare.sh: no loom-perf in $build (build it first)" >&2; exit 2; }
+[[ -n $MPIRUN ]] || MPI_PERF=""
+peers=(loom ompi gloo)
+declare -A BIN=([loom]=$LOOM [ompi]=$MPI_PERF [gloo]=$GLOO)
+
+: "${OMPI_SHM_MCA:=--mca pml ob1 --mca btl vader,self}"
+: "${OMPI_TCP_MCA:=--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo}"
+declare -A NP=([shm2]=2 [shm4]=4 [tcp2]=2)
+declare -A TITLE=(
+  [shm2]="2 ranks, shared memory (Loom: shm; Open MPI: $OMPI_SHM_MCA; Gloo: TCP loopback)"
+  [shm4]="4 ranks on $(nproc) cores, shared memory (Loom: shm; Open MPI: $OMPI_SHM_MCA; Gloo: TCP loopback)"
+  [tcp2]="2 ranks, TCP loopback (Loom: LOOM_SHM_DISABLE=1; Open MPI: $OMPI_TCP_MCA; Gloo: TCP)")
+IFS=, read -r -a cfgs <<<"$configs"
+for c in "${cfgs[@]}"; do
+  [[ -n ${NP[$c]:-} ]] || { echo "compare.sh: unknown configuration '$c'" >&2; exit 2; }
+done
+
+if [[ -z $logdir ]]; then
+  logdir=$(mktemp -d /tmp/loom-compare.XXXXXX)
+else
+  mkdir -p "$logdir" || exit 2
+fi
+if [[ -n $out ]]; then
+  : >"$out" || { echo "compare.sh: cannot write $out" >&2; exit 2; }
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Runs.
+
+iters_for() {  # size -> iterations
+  local n=$((iter_bytes / $1))
+  ((n < nmin)) && n=$nmin
+  ((n > nmax)) && n=$nmax
+  echo "$n"
+}
+
+# run CFG PEER SIZE: runs one benchmark at one size; prints "time_us busbw wrong" or "fail".
+run() {
+  local cfg=$1 peer=$2 size=$3 np=${NP[$1]} n w cmd log
+  n=$(iters_for "$size")
+  w=$((warm < n ? warm : n))
+  local args=(-b "$size" -e "$size" -n "$n" -w "$w" -d float -o sum)
+  case $peer in
+    loom)
+      cmd=(env)
+      [[ $cfg == tcp* ]] && cmd+=(LOOM_SHM_DISABLE=1)
+      cmd+=("$LOOM" -np "$np" "${args[@]}") ;;
+    ompi)
+      local mca=$OMPI_SHM_MCA
+      [[ $cfg == tcp* ]] && mca=$OMPI_TCP_MCA
+      # shellcheck disable=SC2206  # the MCA flags are words
+      cmd=("$MPIRUN" --allow-run-as-root --oversubscribe -np "$np" $mca "$MPI_PERF" "${args[@]}") ;;
+    gloo)
+      cmd=("$GLOO" -np "$np" -T "$timeout_s" "${args[@]}") ;;
+  esac
+  log=$logdir/$cfg.$peer.$size.log
+  echo "+ ${cmd[*]}" >>"$log"
+  timeout -k 10 "$timeout_s" "${cmd[@]}" >>"$log" 2>&1
+  local rc=$?
+  # A data row: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
+  awk -v rc=$rc '$1 ~ /^[0-9]+$/ && NF >= 13 { row = $6 " " $8 " " ($9 + $13) }
+                 END { print (rc == 0 && row != "" ? row : "fail") }' "$log"
+}
+
+declare -A RES   # [cfg,peer,size] = "time_us busbw wrong" (best time over -r)
+declare -A WRONG  # [cfg,peer] = total #wrong, or "fail"
+memcpy_bw=()
+
+measure_memcpy() {
+  if [[ -n $MEMCPY ]]; then
+    "$MEMCPY" $ref_size 20 | tee -a "$logdir/memcpy.log" | awk '{print $7}'
+  elif [[ -n $KERNELS ]]; then
+    "$KERNELS" --benchmark_filter=memcpy 2>/dev/null | tee -a "$logdir/memcpy.log" |
+      awk '/bytes_per_second=/ { sub(/.*bytes_per_second=/, ""); v = $1 + 0;
+             if ($1 ~ /G/) v *= 1.073741824; else if ($1 ~ /M/) v /= 953.67431640625;
+             if (v > best) best = v } END { if (best > 0) printf "%.2f\n", best }'
+  fi
+}
+
+cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+# The Loom measured: the commit of the source tree BUILD_DIR was configured from.
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null)
+if rev=$(git -C "${src:-.}" rev-parse --short HEAD 2>/dev/null); then
+  git -C "$src" diff --quiet HEAD 2>/dev/null || rev="$rev+local changes"
+else
+  rev="from ${src:-$build}"
+fi
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+ompi_ver=$([[ -n $MPI_PERF ]] && "$MPIRUN" --version 2>/dev/null | head -n 1)
+gloo_ver=$([[ -n $GLOO ]] && dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null)
+echo "# Loom $rev vs ${ompi_ver:-Open MPI n/a} vs Gloo ${gloo_ver:-n/a}"
+echo "# $(nproc) cores ($cpu), $(uname -sr), load average $load_start"
+echo "# sizes: ${#sizes[@]} ($(human "${sizes[0]}") .. $(human "${sizes[-1]}")), reps $reps, logs in $logdir"
+
+m=$(measure_memcpy)
+[[ -n $m ]] && memcpy_bw+=("$m") && echo "# memcpy (1 core, $(human $ref_size)): $m GB/s"
+
+status=0
+for ((rep = 1; rep <= reps; ++rep)); do
+  for cfg in "${cfgs[@]}"; do
+    echo "# running $cfg (rep $rep/$reps)" >&2
+    i=0
+    for size in "${sizes[@]}"; do
+      for ((k = 0; k < 3; ++k)); do
+        peer=${peers[$(((i + k) % 3))]}
+        [[ -n ${BIN[$peer]} ]] || continue
+        r=$(run "$cfg" "$peer" "$size")
+        if [[ $r == fail ]]; then
+          WRONG[$cfg,$peer]=fail
+          echo "compare.sh: $peer failed in $cfg at $size B; see $logdir/$cfg.$peer.$size.log" >&2
+          continue
+        fi
+        read -r t b wr <<<"$r"
+        [[ ${WRONG[$cfg,$peer]:-0} == fail ]] || WRONG[$cfg,$peer]=$((${WRONG[$cfg,$peer]:-0} + wr))
+        old=${RES[$cfg,$peer,$size]:-}
+        if [[ -z $old ]] || awk -v a="$t" -v b="${old%% *}" 'BEGIN { exit !(a < b) }'; then
+          RES[$cfg,$peer,$size]="$t $b $wr"
+        fi
+      done
+      i=$((i + 1))
+    done
+  done
+done
+
+m=$(measure_memcpy)
+[[ -n $m ]] && memcpy_bw+=("$m") && echo "# memcpy (1 core, $(human $ref_size)), at the end: $m GB/s"
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "# load average at the end: $load_end (other work on the machine skews every number)"
+memcpy_best=$(printf '%s\n' "${memcpy_bw[@]}" 0 | sort -g | tail -n 1)
+
+# ---------------------------------------------------------------------------------------------
+# Merged tables.
+
+md() { [[ -z $out ]] || echo "$*" >>"$out"; }
+
+md "Loom $rev beside ${ompi_ver:-Open MPI (n/a)} and Gloo ${gloo_ver:-(n/a)}, all-reduce float32/sum,"
+md "out-of-place, measured by \`bench/peers/compare.sh$( ((quick)) && echo " -q")\` on $(nproc) cores"
+md "($cpu), $(date -u +%Y-%m-%d). busbw in GB/s, time in us; ratios above 1 (busbw) or below 1"
+md "(time) favour Loom. One core's memcpy: ${memcpy_best} GB/s. Load average (1, 5, 15 min) at the"
+md "start: $load_start; at the end: $load_end."
+
+for cfg in "${cfgs[@]}"; do
+  echo
+  echo "## $cfg: ${TITLE[$cfg]}"
+  printf '%10s | %9s %7s | %9s %7s | %9s %7s | %9s %9s | %9s %9s\n' size "loom us" GB/s \
+    "ompi us" GB/s "gloo us" GB/s "bw l/ompi" "bw l/gloo" "t l/ompi" "t l/gloo"
+  md ""
+  md "#### $cfg: ${TITLE[$cfg]}"
+  md ""
+  md "| size | loom us | loom GB/s | ompi us | ompi GB/s | gloo us | gloo GB/s | busbw loom/ompi | busbw loom/gloo | time loom/ompi | time loom/gloo |"
+  md "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for size in "${sizes[@]}"; do
+    line=$(awk -v size="$size" -v l="${RES[$cfg,loom,$size]:-}" -v o="${RES[$cfg,ompi,$size]:-}" \
+      -v g="${RES[$cfg,gloo,$size]:-}" '
+      function t(x) { split(x, a, " "); return a[1] + 0 }
+      function fmt_t(x) { if (x == "") return "n/a"; v = t(x)
+        return sprintf(v >= 10000 ? "%.0f" : v >= 100 ? "%.1f" : "%.2f", v) }
+      function fmt_b(x) { if (x == "") return "n/a"; split(x, a, " "); return a[2] }
+      function ratio(num, den) { if (num == "" || den == "" || t(den) == 0) return "n/a"; r = t(num) / t(den)
+        return sprintf(r >= 100 ? "%.0f" : r >= 10 ? "%.1f" : r >= 0.1 ? "%.2f" : "%.2g", r) }
+      BEGIN {
+        small = size <= 65536
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmt_t(l), fmt_b(l), fmt_t(o), fmt_b(o),
+          fmt_t(g), fmt_b(g), ratio(o, l), ratio(g, l), small ? ratio(l, o) : "-", small ? ratio(l, g) : "-"
+      }')
+    IFS=$'\t' read -r tl bl to bo tg bg rbo rbg rto rtg <<<"$line"
+    printf '%10s | %9s %7s | %9s %7s | %9s %7s | %9s %9s | %9s %9s\n' "$(human "$size")" \
+      "$tl" "$bl" "$to" "$bo" "$tg" "$bg" "$rbo" "$rbg" "$rto" "$rtg"
+    md "| $(human "$size") | $tl | $bl | $to | $bo | $tg | $bg | $rbo | $rbg | $rto | $rtg |"
+  done
+  wrong="Wrong results (#wrong): loom ${WRONG[$cfg,loom]:-n/a}, ompi ${WRONG[$cfg,ompi]:-n/a}, gloo ${WRONG[$cfg,gloo]:-n/a}"
+  [[ ${WRONG[$cfg,loom]:-fail} == 0 ]] || status=1
+  ref=${RES[$cfg,loom,$ref_size]:-}
+  frac="no $(human $ref_size) row"
+  if [[ -n $ref && $memcpy_best != 0 ]]; then
+    frac=$(awk -v b="${ref#* }" -v m="$memcpy_best" 'BEGIN { split(b, a, " ")
+      printf "Loom busbw at 64 MiB: %.2f GB/s = %.0f%% of one core'"'"'s memcpy (%.2f GB/s)", a[1], 100 * a[1] / m, m }')
+  fi
+  echo "# $wrong; $frac"
+  md ""
+  md "$wrong. $frac."
+done
+[[ -z $out ]] || echo "# markdown written to $out"
+exit $status

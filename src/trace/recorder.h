@@ -1,0 +1,102 @@
+// The flight recorder: the last N operations of a communicator, each with
+// what it was, its state, and where its time went.
+//
+// Every operation gets a sequence number per communicator. The recorder keeps
+// a ring of records (LOOM_FLIGHT_RECORDER, default 2000; 0 turns recording
+// off) written only by the thread running the operation; dump() may run on
+// any thread (it copies under a mutex that begin() and end() also take, once
+// each per operation, so the data path itself never locks).
+//
+// Times are CLOCK_MONOTONIC nanoseconds, the same clock for every process of
+// a host; `clockOffsetNs` converts them to rank 0's clock (0 on one host).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace loom::trace {
+
+enum class OpState : uint8_t { Enqueued, Started, Completed, Failed };
+const char* stateName(OpState s);
+
+struct OpRecord {
+  uint64_t seq = 0;
+  const char* coll = "";
+  const char* algorithm = "";
+  const char* proto = "";
+  size_t count = 0;
+  int dtype = 0;
+  int op = 0;
+  int root = -1;
+  OpState state = OpState::Enqueued;
+  int64_t enterNs = 0;     // the caller entered Loom
+  int64_t endNs = 0;       // completed or failed
+  int64_t waitNs = 0;      // time blocked waiting on peers
+  int waitPeer = -1;       // the peer of the longest single wait
+  int64_t maxWaitNs = 0;   // that wait
+  int lastRank = -1;       // the rank that arrived last, when known
+  int64_t lateNs = 0;      // how long after the first rank it arrived
+  char error[160] = {};
+};
+
+// Per-rank lateness summary, accumulated over operations whose peers' entry
+// times are known.
+struct RankLateness {
+  uint64_t timesLast = 0;
+  double sumLateNs = 0;
+  int64_t maxLateNs = 0;
+  double waitCausedNs = 0;  // others' waiting attributed to this rank being late
+  uint64_t ops = 0;
+};
+
+class FlightRecorder {
+ public:
+  FlightRecorder(size_t capacity, int rank, int nranks);
+
+  bool enabled() const { return !ring_.empty(); }
+  // Starts a record (state Started); returns it, or nullptr when disabled.
+  OpRecord* begin(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root);
+  void end(OpRecord* r, const Status& s);
+  // Adds one wait of `ns` on `peer` to the current record.
+  static void addWait(OpRecord* r, int peer, int64_t ns) {
+    if (r == nullptr) return;
+    r->waitNs += ns;
+    if (ns > r->maxWaitNs) {
+      r->maxWaitNs = ns;
+      r->waitPeer = peer;
+    }
+  }
+  // Records every rank's entry time (same clock) for the current operation.
+  void noteArrivals(OpRecord* r, const std::vector<int64_t>& enterNs);
+
+  uint64_t lastCompletedSeq() const { return lastCompleted_.load(std::memory_order_relaxed); }
+  std::vector<RankLateness> lateness() const;
+
+  // JSON: {"rank":..,"nranks":..,"ops":[...]} with the oldest record first.
+  std::string toJson(const std::string& commName, uint64_t commHash, const std::string& reason)
+      const;
+  // Writes toJson() to path.
+  Status dump(const std::string& path, const std::string& commName, uint64_t commHash,
+              const std::string& reason) const;
+
+ private:
+  int rank_, nranks_;
+  std::vector<OpRecord> ring_;
+  uint64_t next_ = 0;  // records started
+  std::atomic<uint64_t> lastCompleted_{0};
+  mutable std::mutex mutex_;
+  std::vector<RankLateness> lateness_;
+};
+
+// SIGUSR1 asks every communicator of the process to dump its recorder into
+// LOOM_TRACE_DIR. install() sets the handler once; pending() is polled by
+// operations and waits.
+void installSignalHandler();
+uint64_t dumpRequests();
+
+}  // namespace loom::trace

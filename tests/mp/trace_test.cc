@@ -1,0 +1,167 @@
+// Straggler timing on real processes: a rank that enters late is named by
+// every rank's summary and flight recorder; a rank that never enters makes
+// the others time out with a message naming the operation, the peer and the
+// peer's last completed operation; traces are dumped where asked.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace loomtest {
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string makeTempDir() {
+  char tmpl[] = "/tmp/loom-trace-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d != nullptr ? d : "/tmp";
+}
+
+constexpr int kOps = 24;
+constexpr int kLateFrom = 6, kLateTo = 16;  // ops [from, to) where rank 2 is late
+constexpr int kLateMs = 20;
+
+// Rank 2 sleeps before some all-reduces; everyone then checks the summary
+// and the dumped trace.
+int lateRank(RankContext& ctx, size_t count, const std::string& dir) {
+  std::vector<float> buf(count, 1.0f), out(count);
+  for (int i = 0; i < kOps; ++i) {
+    if (ctx.rank == 2 && i >= kLateFrom && i < kLateTo) usleep(kLateMs * 1000);
+    if (loomAllReduce(buf.data(), out.data(), count, loomFloat32, loomSum, ctx.comm, nullptr) !=
+        loomSuccess) {
+      fprintf(stderr, "allreduce: %s\n", loomGetLastError(ctx.comm));
+      return 1;
+    }
+    if (out[0] != static_cast<float>(ctx.nranks)) return 2;
+  }
+  std::vector<loomStragglerStat_t> st(static_cast<size_t>(ctx.nranks));
+  if (loomCommGetStragglerSummary(ctx.comm, st.data(), ctx.nranks) != loomSuccess) return 3;
+  const loomStragglerStat_t& late = st[2];
+  fprintf(stderr, "rank %d sees rank 2: last %llu of %llu, mean %.0f us, max %.0f us\n",
+          ctx.rank, late.timesLast, late.ops, late.meanLateUs, late.maxLateUs);
+  if (late.ops != static_cast<unsigned long long>(kOps)) return 4;
+  if (late.timesLast < static_cast<unsigned long long>(kLateTo - kLateFrom)) return 5;
+  if (late.maxLateUs < kLateMs * 1000 * 0.8) return 6;
+  for (int r = 0; r < 2; ++r)
+    if (st[static_cast<size_t>(r)].maxLateUs > late.maxLateUs / 2) return 7;
+  if (late.waitCausedUs < (kLateTo - kLateFrom) * kLateMs * 1000.0) return 8;
+  // A bad call names its argument.
+  if (loomCommGetStragglerSummary(ctx.comm, st.data(), 1) != loomInvalidArgument ||
+      strstr(loomGetLastError(ctx.comm), "nstats") == nullptr)
+    return 9;
+  std::string path = dir + "/explicit-rank" + std::to_string(ctx.rank) + ".json";
+  if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 10;
+  std::string json = readFile(path);
+  size_t lastIs2 = 0;
+  for (size_t p = json.find("\"lastRank\":2"); p != std::string::npos;
+       p = json.find("\"lastRank\":2", p + 1))
+    ++lastIs2;
+  if (lastIs2 < static_cast<size_t>(kLateTo - kLateFrom)) {
+    fprintf(stderr, "trace names rank 2 last only %zu times:\n%s\n", lastIs2, json.c_str());
+    return 11;
+  }
+  return 0;
+}
+
+TEST(Straggler, LateRankIsNamedSmallMessages) {
+  std::string dir = makeTempDir();
+  LaunchOptions opts;
+  opts.nranks = 3;
+  LaunchResult res = launch(opts, [&](RankContext& ctx) { return lateRank(ctx, 4, dir); });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+TEST(Straggler, LateRankIsNamedLargeMessages) {
+  std::string dir = makeTempDir();
+  LaunchOptions opts;
+  opts.nranks = 3;
+  LaunchResult res = launch(opts, [&](RankContext& ctx) { return lateRank(ctx, 300000, dir); });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+// Rank 1 stops after three all-reduces; rank 0's fourth times out naming the
+// operation, rank 1 and rank 1's last completed operation, and its trace is
+// dumped into LOOM_TRACE_DIR with the operation marked failed.
+TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
+  std::string dir = makeTempDir();
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = 1500;
+  opts.env.push_back({"LOOM_TRACE_DIR", dir});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    float x = 1, y = 0;
+    for (int i = 0; i < 3; ++i)
+      if (loomAllReduce(&x, &y, 1, loomFloat32, loomSum, ctx.comm, nullptr) != loomSuccess)
+        return 1;
+    if (ctx.rank == 1) {
+      // Stay alive (so this is a timeout, not a dead peer) until rank 0 is done.
+      while (ctx.shared->flag.load() == 0) usleep(10000);
+      return 0;
+    }
+    loomResult_t r = loomAllReduce(&x, &y, 1, loomFloat32, loomSum, ctx.comm, nullptr);
+    std::string msg = loomGetLastError(ctx.comm);
+    ctx.shared->flag.store(1);
+    fprintf(stderr, "rank 0: %d %s\n", r, msg.c_str());
+    if (r != loomTimeout) return 2;
+    for (const char* want : {"allreduce #4", "rank 1", "last completed operation #3"})
+      if (msg.find(want) == std::string::npos) return 3;
+    // The trace was written when the operation failed.
+    std::string dump;
+    for (int i = 0; i < 50 && dump.empty(); ++i) {
+      std::string cmd = "cat " + dir + "/loom-trace-*-rank0.json 2>/dev/null";
+      FILE* p = popen(cmd.c_str(), "r");
+      char buf[4096];
+      size_t n;
+      while (p && (n = fread(buf, 1, sizeof(buf), p)) > 0) dump.append(buf, n);
+      if (p) pclose(p);
+      if (dump.empty()) usleep(20000);
+    }
+    if (dump.find("\"seq\":4,") == std::string::npos ||
+        dump.find("\"state\":\"failed\"") == std::string::npos ||
+        dump.find("\"reason\":\"timeout\"") == std::string::npos) {
+      fprintf(stderr, "trace:\n%s\n", dump.c_str());
+      return 4;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+// SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
+TEST(Straggler, Sigusr1DumpsTheTrace) {
+  std::string dir = makeTempDir();
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.env.push_back({"LOOM_TRACE_DIR", dir});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    std::vector<float> x(1 << 16, 1.0f), y(1 << 16);
+    if (ctx.rank == 0) raise(SIGUSR1);
+    if (ctx.rank == 1) usleep(300000);  // so rank 0 waits, and notices the request
+    for (int i = 0; i < 3; ++i)
+      if (loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr) !=
+          loomSuccess)
+        return 1;
+    if (ctx.rank != 0) return 0;
+    std::string cmd = "grep -l '\"reason\":\"SIGUSR1\"' " + dir + "/loom-trace-*-rank0.json";
+    return system(cmd.c_str()) == 0 ? 0 : 2;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+}  // namespace
+}  // namespace loomtest

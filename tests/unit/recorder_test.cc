@@ -1,0 +1,103 @@
+// Flight recorder: the ring keeps the newest records, states and errors are
+// kept, lateness is attributed to the rank that entered last.
+#include "trace/recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace loom::trace {
+namespace {
+
+size_t countOf(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(FlightRecorder, KeepsTheNewestRecordsInOrder) {
+  FlightRecorder rec(4, 0, 2);
+  for (uint64_t seq = 1; seq <= 10; ++seq) {
+    OpRecord* r = rec.begin(seq, "allreduce", seq * 10, 7, 0, -1);
+    ASSERT_NE(r, nullptr);
+    rec.end(r, Status());
+  }
+  std::string json = rec.toJson("c", 0xabc, "test");
+  EXPECT_EQ(countOf(json, "\"seq\":"), 4u);
+  // Oldest kept first: 7, 8, 9, 10.
+  size_t p7 = json.find("\"seq\":7,"), p10 = json.find("\"seq\":10,");
+  ASSERT_NE(p7, std::string::npos);
+  ASSERT_NE(p10, std::string::npos);
+  EXPECT_LT(p7, p10);
+  EXPECT_EQ(json.find("\"seq\":6,"), std::string::npos);
+  EXPECT_EQ(rec.lastCompletedSeq(), 10u);
+  EXPECT_EQ(countOf(json, "\"state\":\"completed\""), 4u);
+}
+
+TEST(FlightRecorder, RecordsFailuresAndEscapesTheirText) {
+  FlightRecorder rec(8, 1, 2);
+  OpRecord* ok = rec.begin(1, "broadcast", 1, 0, 0, 0);
+  rec.end(ok, Status());
+  OpRecord* bad = rec.begin(2, "allreduce", 1, 0, 0, -1);
+  OpRecord* open = nullptr;
+  rec.end(bad, Status(loomTimeout, "waited for \"rank 0\"\n"));
+  open = rec.begin(3, "allgather", 1, 0, 0, -1);
+  ASSERT_NE(open, nullptr);
+  std::string json = rec.toJson("c", 1, "why");
+  EXPECT_NE(json.find("\"state\":\"failed\""), std::string::npos);
+  EXPECT_NE(json.find("waited for \\\"rank 0\\\" "), std::string::npos) << json;
+  EXPECT_NE(json.find("\"seq\":3,\"coll\":\"allgather\""), std::string::npos);
+  EXPECT_NE(json.find("\"state\":\"started\""), std::string::npos);
+  EXPECT_EQ(rec.lastCompletedSeq(), 1u);  // the failed one does not count
+}
+
+TEST(FlightRecorder, DisabledWithZeroCapacity) {
+  FlightRecorder rec(0, 0, 2);
+  EXPECT_FALSE(rec.enabled());
+  EXPECT_EQ(rec.begin(1, "allreduce", 1, 0, 0, -1), nullptr);
+  rec.end(nullptr, Status());
+  FlightRecorder::addWait(nullptr, 1, 5);
+}
+
+TEST(FlightRecorder, WaitsKeepTheLongestPeer) {
+  FlightRecorder rec(2, 0, 3);
+  OpRecord* r = rec.begin(1, "allreduce", 1, 0, 0, -1);
+  FlightRecorder::addWait(r, 1, 100);
+  FlightRecorder::addWait(r, 2, 300);
+  FlightRecorder::addWait(r, 1, 200);
+  EXPECT_EQ(r->waitNs, 600);
+  EXPECT_EQ(r->waitPeer, 2);
+  EXPECT_EQ(r->maxWaitNs, 300);
+}
+
+TEST(FlightRecorder, LatenessGoesToTheLastRank) {
+  FlightRecorder rec(16, 0, 3);
+  // Rank 2 enters 5 ms after the first rank in three operations; rank 1 is
+  // last once, by 1 ms.
+  const std::vector<std::vector<int64_t>> arrivals = {
+      {1000, 1100, 5001000}, {2000, 2000, 5002000}, {3000, 4000, 5003000}, {0, 1000000, 500}};
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    OpRecord* r = rec.begin(i + 1, "allreduce", 1, 0, 0, -1);
+    rec.noteArrivals(r, arrivals[i]);
+    rec.end(r, Status());
+  }
+  std::vector<RankLateness> l = rec.lateness();
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[2].timesLast, 3u);
+  EXPECT_EQ(l[1].timesLast, 1u);
+  EXPECT_EQ(l[0].timesLast, 0u);
+  EXPECT_EQ(l[2].maxLateNs, 5000000);
+  EXPECT_EQ(l[1].maxLateNs, 1000000);
+  for (const auto& x : l) EXPECT_EQ(x.ops, 4u);
+  // Wait caused by rank 2 in op 1: (5001000-1000) + (5001000-1100) + 0.
+  double expected = 0;
+  for (size_t i = 0; i < 3; ++i)
+    for (int64_t t : arrivals[i]) expected += static_cast<double>(arrivals[i][2] - t);
+  EXPECT_DOUBLE_EQ(l[2].waitCausedNs, expected);
+  std::string json = rec.toJson("c", 1, "t");
+  EXPECT_EQ(countOf(json, "\"lastRank\":2"), 3u);
+}
+
+}  // namespace
+}  // namespace loom::trace
