@@ -1,10 +1,12 @@
 // Micro-benchmarks of the reduction kernels at every instruction-set level this CPU supports,
 // beside memcpy in the same run.
 //
-// Throughput counts every byte read and written: memcpy 2 x size, reduce() 3 x size (two
-// inputs, one output), reduceMany() with k sources (k + 1) x size, where size is the length
-// of one buffer. Each size runs memcpy first, then reduce() sum for each type and level, then
-// reduceMany() sum over fp32 for each source count and level:
+// Throughput counts the bytes a single pass reads and writes: memcpy 2 x size, reduce() 3 x
+// size (two inputs, one output), reduceMany() with k sources (k + 1) x size, where size is
+// the length of one buffer. reduceChain, the same sum as k - 1 reduce() calls (which move
+// 3 x (k - 1) x size), counts (k + 1) x size too, so its rate compares with reduceMany's.
+// Each size runs memcpy first, then reduce() sum for each type and level, then reduceMany()
+// and reduceChain over fp32 for each source count and level:
 //   loom-kernels-bench --benchmark_filter='fp16'   (one type)
 #include <benchmark/benchmark.h>
 
@@ -79,8 +81,8 @@ void BM_Memcpy(benchmark::State& state, size_t size) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
 }
 
-void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels,
-               loomDataType_t dtype, size_t size) {
+void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels, loomDataType_t dtype,
+               size_t size) {
   const Reducer r = makeReducer(dtype, loomSum, 2);
   const size_t n = size / typeSize(dtype);
   std::vector<unsigned char> in = MakeBuffer(dtype, size, 1), local = MakeBuffer(dtype, size, 2);
@@ -93,8 +95,9 @@ void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels,
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * size));
 }
 
+// chain: k - 1 reduce() calls instead of one reduceMany().
 void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, size_t nsrc,
-                   size_t size) {
+                   bool chain, size_t size) {
   const Reducer r = makeReducer(loomFloat32, loomSum, static_cast<int>(nsrc));
   const size_t n = size / sizeof(float);
   std::vector<std::vector<unsigned char>> bufs;
@@ -105,7 +108,12 @@ void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, 
   }
   std::vector<unsigned char> dst(size);
   for (auto _ : state) {
-    kernels->reduceMany(r, dst.data(), srcs.data(), nsrc, n, 0);
+    if (chain) {
+      kernels->reduce(r, dst.data(), srcs[0], srcs[1], n, 0);
+      for (size_t k = 2; k < nsrc; ++k) kernels->reduce(r, dst.data(), dst.data(), srcs[k], n, 0);
+    } else {
+      kernels->reduceMany(r, dst.data(), srcs.data(), nsrc, n, 0);
+    }
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
@@ -113,7 +121,8 @@ void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, 
 }
 
 std::string SizeName(size_t size) {
-  return size >= (1 << 20) ? std::to_string(size >> 20) + "MiB" : std::to_string(size >> 10) + "KiB";
+  return size >= (1 << 20) ? std::to_string(size >> 20) + "MiB"
+                           : std::to_string(size >> 10) + "KiB";
 }
 
 void RegisterAll() {
@@ -132,10 +141,12 @@ void RegisterAll() {
       }
     }
     for (size_t nsrc : kManySources) {
-      for (const internal::KernelSet* k : levels) {
-        benchmark::RegisterBenchmark(
-            ("reduceMany" + std::to_string(nsrc) + "/fp32/" + k->name + suffix).c_str(),
-            BM_ReduceMany, k, nsrc, size);
+      for (bool chain : {false, true}) {
+        for (const internal::KernelSet* k : levels) {
+          const std::string name = std::string(chain ? "reduceChain" : "reduceMany") +
+                                   std::to_string(nsrc) + "/fp32/" + k->name + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), BM_ReduceMany, k, nsrc, chain, size);
+        }
       }
     }
   }

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # Configures and builds Loom into ./build (extra arguments go to cmake).
+# LOOM_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer
+# into ./build-asan instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build build -j "$(nproc)"
+dir=build
+args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+if [ "${LOOM_SANITIZE:-0}" = 1 ]; then
+  dir=build-asan
+  args+=(-DLOOM_SANITIZE=ON)
+fi
+cmake -S . -B "$dir" "${args[@]}" "$@" >/dev/null
+cmake --build "$dir" -j "$(nproc)"

@@ -3,7 +3,7 @@
 #
 # usage: bench/peers/compare.sh [-q] [-o results.md] [-r reps] [-c shm2,shm4,tcp2]
 #                               [-b minbytes] [-e maxbytes] [-f factor] [-T timeout_s]
-#                               [-l logdir] [BUILD_DIR (default ./build)]
+#                               [-W wait_s] [-N nice] [-l logdir] [BUILD_DIR (default ./build)]
 #
 # It builds nothing. Build first, in BUILD_DIR:
 #   scripts/setup.sh                       # installs openmpi-bin, libopenmpi-dev, libgloo-dev
@@ -34,12 +34,18 @@
 # for Loom's busbw at 64 MiB. -o writes the same tables as markdown (for docs/PERFORMANCE.md).
 # Each run's own table is kept in the log directory (-l, default a new /tmp/loom-compare.*).
 #
+# Other work on the machine skews every number. Before each run the script samples the CPUs'
+# idle share for 0.25 s; with -W it waits up to wait_s seconds for them to be at least 85% idle.
+# The summary counts the runs that started on a busier machine, and records the load average.
+# -N runs every benchmark (and the memcpy yardstick) under `nice -n NICE`; as root, a negative
+# value (e.g. -N -10) lets them take the cores from other, normal-priority work.
+#
 # Exit status: 0 when every run of Loom passed its checks, 1 otherwise, 2 on bad usage.
 
 set -uo pipefail
 
 usage() {
-  sed -n '3,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '4,6p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -63,7 +69,8 @@ human() {  # 67108864 -> "64 MiB"
 }
 
 quick=0 out="" reps=1 configs="shm2,shm4,tcp2" minb="" maxb="" factor="" timeout_s=900 logdir=""
-while getopts "qo:r:c:b:e:f:T:l:h" opt; do
+wait_s=0 nice_level=""
+while getopts "qo:r:c:b:e:f:T:W:N:l:h" opt; do
   case $opt in
     q) quick=1 ;;
     o) out=$OPTARG ;;
@@ -73,6 +80,8 @@ while getopts "qo:r:c:b:e:f:T:l:h" opt; do
     e) maxb=$(bytes "$OPTARG") || exit 2 ;;
     f) factor=$OPTARG ;;
     T) timeout_s=$OPTARG ;;
+    W) wait_s=$OPTARG ;;
+    N) nice_level=$OPTARG ;;
     l) logdir=$OPTARG ;;
     *) usage ;;
   esac
@@ -80,7 +89,10 @@ done
 shift $((OPTIND - 1))
 (($# <= 1)) || usage
 build=${1:-./build}
-[[ $reps =~ ^[1-9][0-9]*$ && $timeout_s =~ ^[1-9][0-9]*$ ]] || usage
+[[ $reps =~ ^[1-9][0-9]*$ && $timeout_s =~ ^[1-9][0-9]*$ && $wait_s =~ ^[0-9]+$ ]] || usage
+[[ -z $nice_level || $nice_level =~ ^-?[0-9]+$ ]] || usage
+NICE=()
+[[ -n $nice_level ]] && NICE=(nice -n "$nice_level")
 
 ref_size=$((64 << 20))  # the size set against memcpy
 if ((quick)); then
@@ -90,7 +102,10 @@ else
   : "${minb:=8}" "${maxb:=$((256 << 20))}" "${factor:=4}"
   iter_bytes=$((4 << 30)) nmin=5 nmax=1000 warm=5
 fi
-[[ $factor =~ ^[0-9]+$ ]] && ((factor >= 2)) || { echo "compare.sh: -f must be >= 2" >&2; exit 2; }
+if ! [[ $factor =~ ^[0-9]+$ ]] || ((factor < 2)); then
+  echo "compare.sh: -f must be >= 2" >&2
+  exit 2
+fi
 ((minb >= 1 && minb <= maxb)) || { echo "compare.sh: need 1 <= -b <= -e" >&2; exit 2; }
 
 sizes=()
@@ -147,7 +162,30 @@ iters_for() {  # size -> iterations
   echo "$n"
 }
 
-# run CFG PEER SIZE: runs one benchmark at one size; prints "time_us busbw wrong" or "fail".
+idle_pct() {  # the CPUs' idle share over 0.25 s, in percent
+  local -a a b
+  read -r -a a </proc/stat
+  sleep 0.25
+  read -r -a b </proc/stat
+  awk -v a="${a[*]:1:8}" -v b="${b[*]:1:8}" 'BEGIN { split(a, x); split(b, y)
+    for (i = 1; i <= 8; ++i) t += y[i] - x[i]; idle = y[4] + y[5] - x[4] - x[5]
+    printf "%d\n", (t > 0 ? 100 * idle / t : 100) }'
+}
+
+busy_runs=0 all_runs=0
+wait_quiet() {  # samples (and with -W, waits for) an idle machine; notes the share in LOG
+  local deadline=$((SECONDS + wait_s)) p
+  while :; do
+    p=$(idle_pct)
+    ((p >= 85 || SECONDS >= deadline)) && break
+  done
+  all_runs=$((all_runs + 1))
+  ((p >= 85)) || busy_runs=$((busy_runs + 1))
+  echo "# CPUs idle before this run: $p%" >>"$1"
+}
+
+# run CFG PEER SIZE: runs one benchmark at one size; sets RESULT to "time_us busbw wrong" or
+# "fail".
 run() {
   local cfg=$1 peer=$2 size=$3 np=${NP[$1]} n w cmd log
   n=$(iters_for "$size")
@@ -167,12 +205,13 @@ run() {
       cmd=("$GLOO" -np "$np" -T "$timeout_s" "${args[@]}") ;;
   esac
   log=$logdir/$cfg.$peer.$size.log
-  echo "+ ${cmd[*]}" >>"$log"
-  timeout -k 10 "$timeout_s" "${cmd[@]}" >>"$log" 2>&1
+  wait_quiet "$log"
+  echo "+ ${NICE[*]} ${cmd[*]}" >>"$log"
+  timeout -k 10 "$timeout_s" "${NICE[@]}" "${cmd[@]}" >>"$log" 2>&1
   local rc=$?
   # A data row: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
-  awk -v rc=$rc '$1 ~ /^[0-9]+$/ && NF >= 13 { row = $6 " " $8 " " ($9 + $13) }
-                 END { print (rc == 0 && row != "" ? row : "fail") }' "$log"
+  RESULT=$(awk -v rc=$rc '$1 ~ /^[0-9]+$/ && NF >= 13 { row = $6 " " $8 " " ($9 + $13) }
+                 END { print (rc == 0 && row != "" ? row : "fail") }' "$log")
 }
 
 declare -A RES   # [cfg,peer,size] = "time_us busbw wrong" (best time over -r)
@@ -181,9 +220,9 @@ memcpy_bw=()
 
 measure_memcpy() {
   if [[ -n $MEMCPY ]]; then
-    "$MEMCPY" $ref_size 20 | tee -a "$logdir/memcpy.log" | awk '{print $7}'
+    "${NICE[@]}" "$MEMCPY" $ref_size 20 | tee -a "$logdir/memcpy.log" | awk '{print $7}'
   elif [[ -n $KERNELS ]]; then
-    "$KERNELS" --benchmark_filter=memcpy 2>/dev/null | tee -a "$logdir/memcpy.log" |
+    "${NICE[@]}" "$KERNELS" --benchmark_filter=memcpy 2>/dev/null | tee -a "$logdir/memcpy.log" |
       awk '/bytes_per_second=/ { sub(/.*bytes_per_second=/, ""); v = $1 + 0;
              if ($1 ~ /G/) v *= 1.073741824; else if ($1 ~ /M/) v /= 953.67431640625;
              if (v > best) best = v } END { if (best > 0) printf "%.2f\n", best }'
@@ -203,6 +242,7 @@ ompi_ver=$([[ -n $MPI_PERF ]] && "$MPIRUN" --version 2>/dev/null | head -n 1)
 gloo_ver=$([[ -n $GLOO ]] && dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null)
 echo "# Loom $rev vs ${ompi_ver:-Open MPI n/a} vs Gloo ${gloo_ver:-n/a}"
 echo "# $(nproc) cores ($cpu), $(uname -sr), load average $load_start"
+[[ -n $nice_level ]] && echo "# every run under nice -n $nice_level"
 echo "# sizes: ${#sizes[@]} ($(human "${sizes[0]}") .. $(human "${sizes[-1]}")), reps $reps, logs in $logdir"
 
 m=$(measure_memcpy)
@@ -217,7 +257,8 @@ for ((rep = 1; rep <= reps; ++rep)); do
       for ((k = 0; k < 3; ++k)); do
         peer=${peers[$(((i + k) % 3))]}
         [[ -n ${BIN[$peer]} ]] || continue
-        r=$(run "$cfg" "$peer" "$size")
+        run "$cfg" "$peer" "$size"
+        r=$RESULT
         if [[ $r == fail ]]; then
           WRONG[$cfg,$peer]=fail
           echo "compare.sh: $peer failed in $cfg at $size B; see $logdir/$cfg.$peer.$size.log" >&2
@@ -238,7 +279,8 @@ done
 m=$(measure_memcpy)
 [[ -n $m ]] && memcpy_bw+=("$m") && echo "# memcpy (1 core, $(human $ref_size)), at the end: $m GB/s"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "# load average at the end: $load_end (other work on the machine skews every number)"
+echo "# load average at the end: $load_end; runs started with the CPUs under 85% idle:" \
+  "$busy_runs of $all_runs"
 memcpy_best=$(printf '%s\n' "${memcpy_bw[@]}" 0 | sort -g | tail -n 1)
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +292,9 @@ md "Loom $rev beside ${ompi_ver:-Open MPI (n/a)} and Gloo ${gloo_ver:-(n/a)}, al
 md "out-of-place, measured by \`bench/peers/compare.sh$( ((quick)) && echo " -q")\` on $(nproc) cores"
 md "($cpu), $(date -u +%Y-%m-%d). busbw in GB/s, time in us; ratios above 1 (busbw) or below 1"
 md "(time) favour Loom. One core's memcpy: ${memcpy_best} GB/s. Load average (1, 5, 15 min) at the"
-md "start: $load_start; at the end: $load_end."
+md "start: $load_start; at the end: $load_end. Runs started with the CPUs under 85% idle: $busy_runs"
+md "of $all_runs$( ((wait_s)) && echo " (after waiting up to ${wait_s} s for them)")$(
+  [[ -n $nice_level ]] && echo "; every run under nice -n $nice_level")."
 
 for cfg in "${cfgs[@]}"; do
   echo

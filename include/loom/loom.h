@@ -68,7 +68,11 @@ typedef enum {
   loomBfloat16 = 9,
   loomFloat8e4m3 = 10,
   loomFloat8e5m2 = 11,
-  loomNumTypes = 12
+  loomNumTypes = 12,
+  /* Not types: they make every int a valid value of the enum in C++, so a
+     bad argument is checked and reported, never undefined behaviour. */
+  loomDataTypeIntMin_ = -2147483647 - 1,
+  loomDataTypeIntMax_ = 2147483647
 } loomDataType_t;
 
 typedef enum {
@@ -79,7 +83,8 @@ typedef enum {
   loomAvg = 4,
   loomNumOps = 5,
   /// Operations made by loomRedOpCreatePreMulSum take values from here up.
-  loomMaxRedOp = 0x7fffffff
+  loomMaxRedOp = 0x7fffffff,
+  loomRedOpIntMin_ = -2147483647 - 1  /* not an op: see loomDataTypeIntMin_ */
 } loomRedOp_t;
 
 /// Where the scalar of loomRedOpCreatePreMulSum lives (only host is supported).

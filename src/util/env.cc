@@ -12,36 +12,37 @@ struct Var {
   const char* name;
   const char* deflt;
   const char* doc;
+  const char* nccl = "";  // the NCCL (or PyTorch) variable it mirrors
 };
 
 // The one table of Loom's environment variables.
 constexpr Var kVars[] = {
-    {"LOOM_DEBUG", "WARN", "log level: WARN, INFO or TRACE (NONE silences warnings)"},
+    {"LOOM_DEBUG", "WARN", "log level: WARN, INFO or TRACE (NONE silences warnings)", "NCCL_DEBUG"},
     {"LOOM_DEBUG_SUBSYS", "ALL",
-     "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts"},
-    {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid"},
-    {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root"},
+     "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts", "NCCL_DEBUG_SUBSYS"},
+    {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid", "NCCL_DEBUG_FILE"},
+    {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root", "NCCL_COMM_ID"},
     {"LOOM_COMM_SECRET", "", "shared secret for LOOM_COMM_ID rendezvous (else derived from it)"},
     {"LOOM_RANK", "",
-     "loomCommInitFromEnv: this process's rank (with LOOM_WORLD_SIZE and LOOM_COMM_ID)"},
-    {"LOOM_WORLD_SIZE", "", "loomCommInitFromEnv: the number of ranks"},
+     "loomCommInitFromEnv: this process's rank (with LOOM_WORLD_SIZE and LOOM_COMM_ID)", "RANK"},
+    {"LOOM_WORLD_SIZE", "", "loomCommInitFromEnv: the number of ranks", "WORLD_SIZE"},
     {"LOOM_COMM_PORT", "",
      "loomCommInitFromEnv under Slurm: the root's port on the first node of the step "
      "(default 28500 + (SLURM_JOB_ID + SLURM_STEP_ID) % 1000)"},
-    {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact"},
+    {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact", "NCCL_SOCKET_IFNAME"},
     {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
-    {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory"},
-    {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)"},
+    {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory", "NCCL_SHM_DISABLE"},
+    {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)", "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
      "polls of a wait before it yields (-1: 2000, or 100 when local ranks outnumber cores)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
-    {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)"},
+    {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)", "NCCL_ALGO"},
     {"LOOM_PROTO", "",
-     "force a protocol: LL (input and flag in one cache line, up to 56 B) or simple"},
-    {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)"},
+     "force a protocol: LL (input and flag in one cache line, up to 56 B) or simple", "NCCL_PROTO"},
+    {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)", "TORCH_NCCL_TRACE_BUFFER_SIZE"},
     {"LOOM_TRACE_DIR", "",
-     "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy"},
+     "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (two per rank, one host only)"},
     {"LOOM_DIRECT_SYM_MAX", "65536",
      "direct all-reduce: every rank reduces the whole message up to this many bytes"},
@@ -103,6 +104,15 @@ LOOM_ENV_INT(spinCount, "LOOM_SPIN_COUNT")
 bool shmDisable() {
   static const bool value = toInt("LOOM_SHM_DISABLE") != 0;
   return value;
+}
+
+std::string markdownTable() {
+  std::string t = "| variable | default | meaning | mirrors |\n|---|---|---|---|\n";
+  for (const Var& var : kVars) {
+    t += std::string("| `") + var.name + "` | " + (*var.deflt ? std::string("`") + var.deflt + "`" : "") +
+         " | " + var.doc + " | " + (*var.nccl ? std::string("`") + var.nccl + "`" : "") + " |\n";
+  }
+  return t;
 }
 
 void printAll() {

@@ -31,6 +31,9 @@ int64_t flightRecorder();            // LOOM_FLIGHT_RECORDER
 const std::string& traceDir();       // LOOM_TRACE_DIR
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 
+// Every declared variable as a markdown table (README.md embeds it).
+std::string markdownTable();
+
 // Prints every declared variable at INFO (once per process).
 void printAll();
 

@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "algorithms/kernels/cpu/reduce.h"
+#include "algorithms/kernels/cpu/reduce_isa.h"
 
 namespace loom::kernels {
 namespace {
@@ -459,6 +461,8 @@ const TypeInfo kTypes[] = {
     {loomFloat8e5m2, "e5m2", 1, false, false, &kE5m2Format},
 };
 
+void PrintTo(const TypeInfo& t, std::ostream* os) { *os << t.name; }
+
 enum class TestOp { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
 const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 constexpr int kRanks = 3;  // Avg divisor: not a power of two, so division rounds
@@ -689,6 +693,306 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAllOps, ReduceTest,
                          [](const ::testing::TestParamInfo<std::tuple<TypeInfo, TestOp>>& info) {
                            return std::string(std::get<0>(info.param).name) + "_" +
                                   kOpNames[static_cast<int>(std::get<1>(info.param))];
+                         });
+
+// ---------------------------------------------------------------------------------------
+// Instruction-set levels: each must give the scalar level's bytes exactly, for every type,
+// op, flag set, layout, length and alignment, and on every code of the narrow formats.
+
+struct Level {
+  internal::Isa isa;
+  const char* name;
+};
+
+void PrintTo(const Level& level, std::ostream* os) { *os << level.name; }
+
+const Level kLevels[] = {
+    {internal::Isa::kScalar, "scalar"},
+    {internal::Isa::kAvx2, "avx2"},
+    {internal::Isa::kAvx512, "avx512"},
+};
+
+const Level kSimdLevels[] = {kLevels[1], kLevels[2]};
+
+const TypeInfo kNarrowTypes[] = {kTypes[0], kTypes[1],  kTypes[6],
+                                 kTypes[9], kTypes[10], kTypes[11]};
+
+std::string LevelAndTypeName(const ::testing::TestParamInfo<std::tuple<Level, TypeInfo>>& info) {
+  return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
+}
+
+const internal::KernelSet& ScalarKernels() { return *internal::kernelsFor(internal::Isa::kScalar); }
+
+TEST(KernelIsa, ChoosesTheBestAllowedLevel) {
+  ASSERT_NE(internal::kernelsFor(internal::Isa::kScalar), nullptr);
+  EXPECT_STREQ(internal::scalarKernels()->name, "scalar");
+  // The level LOOM_KERNEL_ISA allows (all of them when unset or unknown).
+  internal::Isa limit = internal::Isa::kAvx512;
+  if (const char* env = std::getenv("LOOM_KERNEL_ISA")) {
+    if (std::string(env) == "scalar") limit = internal::Isa::kScalar;
+    if (std::string(env) == "avx2") limit = internal::Isa::kAvx2;
+  }
+  std::string expected = "scalar";
+  for (const Level& level : kLevels) {
+    if (level.isa <= limit && internal::kernelsFor(level.isa) != nullptr) expected = level.name;
+  }
+  EXPECT_EQ(std::string(kernelIsa()), expected);
+  for (const Level& level : kLevels) {
+    if (const internal::KernelSet* k = internal::kernelsFor(level.isa)) {
+      EXPECT_STREQ(k->name, level.name);
+    }
+  }
+}
+
+// A reducer for op over t; PreMulSum draws its scalar from rng.
+Reducer MakeTestReducer(const TypeInfo& t, TestOp op, std::mt19937_64& rng) {
+  if (op == TestOp::kPreMulSum) {
+    const uint64_t scalar = RandomScalar(t, rng);
+    return makePreMulSum(t.dtype, &scalar);
+  }
+  const loomRedOp_t ops[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
+  return makeReducer(t.dtype, ops[static_cast<int>(op)], kRanks);
+}
+
+constexpr TestOp kAllOps[] = {TestOp::kSum, TestOp::kProd, TestOp::kMax,
+                              TestOp::kMin, TestOp::kAvg,  TestOp::kPreMulSum};
+
+// Three operand buffers; the elements start `offset` bytes in, with guard bytes after.
+struct Operands {
+  static constexpr size_t kGuard = 80;
+  static constexpr unsigned char kFill = 0x5a;
+  std::vector<unsigned char> in, local, dst;
+
+  Operands(const TypeInfo& t, const std::vector<uint64_t>& in_raw,
+           const std::vector<uint64_t>& local_raw, size_t offset)
+      : in(offset + in_raw.size() * t.size + kGuard, kFill), local(in), dst(in) {
+    for (size_t i = 0; i < in_raw.size(); ++i) {
+      std::memcpy(in.data() + offset + i * t.size, &in_raw[i], t.size);
+      std::memcpy(local.data() + offset + i * t.size, &local_raw[i], t.size);
+    }
+  }
+};
+
+class KernelIsaTest : public ::testing::TestWithParam<std::tuple<Level, TypeInfo>> {
+ protected:
+  void SetUp() override {
+    const Level& level = std::get<0>(GetParam());
+    kernels_ = internal::kernelsFor(level.isa);
+    if (kernels_ == nullptr) {
+      GTEST_SKIP() << "this CPU or build has no " << level.name << " kernels";
+    }
+  }
+
+  // Runs r over the same operands at the scalar level and at this one; false (after one
+  // failure) when any byte of any buffer differs.
+  bool Compare(const Reducer& r, uint32_t flags, Layout layout, const std::vector<uint64_t>& in_raw,
+               const std::vector<uint64_t>& local_raw, size_t offset, const std::string& what) {
+    const TypeInfo& t = std::get<1>(GetParam());
+    const size_t n = in_raw.size();
+    Operands expected(t, in_raw, local_raw, offset), actual(expected);
+    auto run = [&](const internal::KernelSet& k, Operands& o) {
+      unsigned char* in = o.in.data() + offset;
+      unsigned char* local = o.local.data() + offset;
+      unsigned char* dst = o.dst.data() + offset;
+      switch (layout) {
+        case Layout::kNoIn:
+          return k.reduce(r, dst, nullptr, local, n, flags);
+        case Layout::kNoInDstIsLocal:
+          return k.reduce(r, local, nullptr, local, n, flags);
+        case Layout::kDstIsIn:
+          return k.reduce(r, in, in, local, n, flags);
+        case Layout::kDstIsLocal:
+          return k.reduce(r, local, in, local, n, flags);
+        case Layout::kAllSame:
+          return k.reduce(r, in, in, in, n, flags);
+        default:
+          return k.reduce(r, dst, in, local, n, flags);
+      }
+    };
+    run(ScalarKernels(), expected);
+    run(*kernels_, actual);
+    const std::vector<unsigned char>* e[] = {&expected.in, &expected.local, &expected.dst};
+    const std::vector<unsigned char>* a[] = {&actual.in, &actual.local, &actual.dst};
+    for (int b = 0; b < 3; ++b) {
+      for (size_t i = 0; i < e[b]->size(); ++i) {
+        if ((*e[b])[i] != (*a[b])[i]) {
+          ADD_FAILURE() << kernels_->name << " " << t.name << " " << what << " flags=" << flags
+                        << " " << kLayoutNames[static_cast<int>(layout)] << " n=" << n
+                        << " offset=" << offset << ": buffer " << b << " byte " << i << " (element "
+                        << (i - offset) / t.size << ") is 0x" << std::hex << int{(*a[b])[i]}
+                        << ", scalar gives 0x" << int{(*e[b])[i]};
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  const internal::KernelSet* kernels_ = nullptr;
+};
+
+TEST_P(KernelIsaTest, MatchesScalarOnRandomData) {
+  const TypeInfo& t = std::get<1>(GetParam());
+  std::mt19937_64 rng(0x15a + 31 * t.dtype);
+  const size_t lengths[] = {0, 1, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 257, 1023, 4099};
+  const uint32_t flag_sets[] = {0, kPre, kPost, kPre | kPost};
+  const Layout layouts[] = {Layout::kSeparate, Layout::kNoIn, Layout::kDstIsIn, Layout::kDstIsLocal,
+                            Layout::kAllSame};
+  // Element-aligned at two offsets, and (for wider types) not element-aligned.
+  const size_t offsets[] = {0, 3 * t.size, t.size > 1 ? size_t{1} : 5 * t.size};
+  for (TestOp op : kAllOps) {
+    for (size_t n : lengths) {
+      std::vector<uint64_t> in_raw(n), local_raw(n);
+      for (size_t i = 0; i < n; ++i) {
+        in_raw[i] = RandomRaw(t, rng);
+        local_raw[i] = RandomRaw(t, rng);
+      }
+      const Reducer r = MakeTestReducer(t, op, rng);
+      for (uint32_t flags : flag_sets) {
+        for (Layout layout : layouts) {
+          for (size_t offset : offsets) {
+            if (!Compare(r, flags, layout, in_raw, local_raw, offset,
+                         kOpNames[static_cast<int>(op)])) {
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevelsAllTypes, KernelIsaTest,
+                         ::testing::Combine(::testing::ValuesIn(kSimdLevels),
+                                            ::testing::ValuesIn(kTypes)),
+                         LevelAndTypeName);
+
+// Every pair of codes of the 8-bit types, and every code of the 16-bit ones against random
+// partners, through every op and flag set: all decodes, and encodes of every sum, product,
+// quotient and scaled value those produce.
+class KernelIsaCodesTest : public KernelIsaTest {};
+
+TEST_P(KernelIsaCodesTest, MatchesScalarOnEveryCode) {
+  const TypeInfo& t = std::get<1>(GetParam());
+  std::mt19937_64 rng(0xc0de + t.dtype);
+  std::vector<uint64_t> in_raw(65536), local_raw(65536);
+  for (uint64_t i = 0; i < 65536; ++i) {
+    in_raw[i] = t.size == 1 ? i & 0xff : RandomRaw(t, rng);
+    local_raw[i] = t.size == 1 ? i >> 8 : i;
+  }
+  for (TestOp op : kAllOps) {
+    const Reducer r = MakeTestReducer(t, op, rng);
+    for (uint32_t flags : {0u, uint32_t{kPre}, uint32_t{kPost}, uint32_t{kPre | kPost}}) {
+      for (Layout layout : {Layout::kSeparate, Layout::kNoIn}) {
+        if (!Compare(r, flags, layout, in_raw, local_raw, 0, kOpNames[static_cast<int>(op)])) {
+          return;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevelsNarrowTypes, KernelIsaCodesTest,
+                         ::testing::Combine(::testing::ValuesIn(kSimdLevels),
+                                            ::testing::ValuesIn(kNarrowTypes)),
+                         LevelAndTypeName);
+
+// ---------------------------------------------------------------------------------------
+// reduceMany() against the chain of reduce() calls it replaces, at every level.
+
+// dst = post(srcs[0] (+) srcs[1] (+) ...) as a chain of scalar-level reduce() calls.
+void ReduceChain(const Reducer& r, void* dst, const std::vector<const void*>& srcs, size_t n,
+                 uint32_t flags) {
+  const internal::KernelSet& k = ScalarKernels();
+  if (srcs.size() == 1) {
+    k.reduce(r, dst, nullptr, srcs[0], n, flags & kPost);
+    return;
+  }
+  const void* acc = srcs[0];
+  for (size_t q = 1; q < srcs.size(); ++q) {
+    k.reduce(r, dst, acc, srcs[q], n, q + 1 == srcs.size() ? flags & kPost : 0);
+    acc = dst;
+  }
+}
+
+class ReduceManyTest : public ::testing::TestWithParam<TypeInfo> {};
+
+TEST_P(ReduceManyTest, MatchesChainedReduce) {
+  const TypeInfo& t = GetParam();
+  std::mt19937_64 rng(0x3a11 + t.dtype);
+  constexpr size_t kMaxSources = 9;
+  const size_t lengths[] = {0, 1, 7, 1023, 4099, 9001};
+  const uint32_t flag_sets[] = {0, kPost, kPre | kPost};  // kPre is ignored
+  for (size_t n : lengths) {
+    // One more buffer than sources: sources start at 1 unless dst aliases srcs[0].
+    std::vector<std::vector<unsigned char>> bufs(kMaxSources + 1);
+    for (auto& buf : bufs) {
+      buf.resize(n * t.size + Operands::kGuard, Operands::kFill);
+      for (size_t i = 0; i < n; ++i) {
+        const uint64_t raw = RandomRaw(t, rng);
+        std::memcpy(buf.data() + i * t.size, &raw, t.size);
+      }
+    }
+    for (TestOp op : kAllOps) {
+      const Reducer r = MakeTestReducer(t, op, rng);
+      for (uint32_t flags : flag_sets) {
+        for (size_t nsrc = 1; nsrc <= kMaxSources; ++nsrc) {
+          for (bool alias : {false, true}) {
+            // Reference: dst is bufs[0] (separate) or a copy of srcs[0] (aliased).
+            std::vector<std::vector<unsigned char>> ref(bufs);
+            std::vector<const void*> ref_srcs;
+            for (size_t k = 0; k < nsrc; ++k) ref_srcs.push_back(ref[k + 1].data());
+            void* ref_dst = alias ? ref[1].data() : ref[0].data();
+            ReduceChain(r, ref_dst, ref_srcs, n, flags);
+            for (const Level& level : kLevels) {
+              const internal::KernelSet* k = internal::kernelsFor(level.isa);
+              if (k == nullptr) continue;
+              std::vector<std::vector<unsigned char>> got(bufs);
+              std::vector<const void*> srcs;
+              for (size_t q = 0; q < nsrc; ++q) srcs.push_back(got[q + 1].data());
+              void* dst = alias ? got[1].data() : got[0].data();
+              k->reduceMany(r, dst, srcs.data(), nsrc, n, flags);
+              if (got != ref) {
+                ADD_FAILURE() << level.name << " " << t.name << " "
+                              << kOpNames[static_cast<int>(op)] << " flags=" << flags
+                              << " nsrc=" << nsrc << " n=" << n << (alias ? " dst==srcs[0]" : "")
+                              << ": differs from the chain of reduce() calls";
+                return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ReduceManyTest, PublicEntryPointsAgree) {
+  const TypeInfo& t = GetParam();
+  std::mt19937_64 rng(0x9b + t.dtype);
+  const size_t n = 777;
+  std::vector<std::vector<unsigned char>> bufs(5, std::vector<unsigned char>(n * t.size));
+  for (auto& buf : bufs) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t raw = RandomRaw(t, rng);
+      std::memcpy(buf.data() + i * t.size, &raw, t.size);
+    }
+  }
+  const Reducer r = makeReducer(t.dtype, loomAvg, 4);
+  std::vector<unsigned char> chained(n * t.size), many(n * t.size);
+  reduce(r, chained.data(), bufs[0].data(), bufs[1].data(), n, 0);
+  reduce(r, chained.data(), chained.data(), bufs[2].data(), n, 0);
+  reduce(r, chained.data(), chained.data(), bufs[3].data(), n, kPost);
+  const void* srcs[] = {bufs[0].data(), bufs[1].data(), bufs[2].data(), bufs[3].data()};
+  reduceMany(r, many.data(), srcs, 4, n, kPre | kPost);
+  EXPECT_EQ(many, chained);
+  reduceMany(r, nullptr, srcs, 0, n, kPost);     // no sources: nothing
+  reduceMany(r, nullptr, nullptr, 3, 0, kPost);  // no elements: nothing
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceManyTest, ::testing::ValuesIn(kTypes),
+                         [](const ::testing::TestParamInfo<TypeInfo>& info) {
+                           return std::string(info.param.name);
                          });
 
 }  // namespace

@@ -5,6 +5,7 @@
 // flushes subnormal inputs to zero, which the other levels do not.
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "algorithms/kernels/cpu/reduce.h"
 #include "algorithms/kernels/cpu/reduce_isa.h"
@@ -14,9 +15,10 @@
 #include <immintrin.h>
 
 // Everything defined below is compiled for AVX512F and AVX512BW, without contracting a
-// multiply and an add into a fused multiply-add (see reduce.cc).
+// multiply and an add into a fused multiply-add, and assuming no floating-point traps (see
+// reduce.cc).
 #pragma GCC target("avx512f,avx512bw")
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
 #endif
 
 namespace loom::kernels {
@@ -29,32 +31,19 @@ namespace {
 struct Isa {
   static constexpr int kFloatLanes = 16;
   using Floats = __m512;
-  using Words = __m512i;
-  using Bytes = __m128i;
   using Halves = __m256i;
-  static constexpr __mmask16 kAll = 0xffff;
 
-  static Bytes LoadPacked(const uint8_t* p) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  }
-  static Halves LoadPacked(const uint16_t* p) {
+  static Halves LoadHalves(const uint16_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }
-  static void StorePacked(uint8_t* p, Bytes b) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), b);
-  }
-  static void StorePacked(uint16_t* p, Halves h) {
+  static void StoreHalves(uint16_t* p, Halves h) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
   // The zero-masking forms with every lane selected: GCC 12's unmasked ones warn about an
   // uninitialised variable of their own under -Wall.
-  static Words WidenBytes(Bytes b) { return _mm512_maskz_cvtepu8_epi32(kAll, b); }
-  static Words WidenHalves(Halves h) { return _mm512_maskz_cvtepu16_epi32(kAll, h); }
-  static Bytes NarrowBytes(Words w) { return _mm512_maskz_cvtepi32_epi8(kAll, w); }
-  static Halves NarrowHalves(Words w) { return _mm512_maskz_cvtepi32_epi16(kAll, w); }
-  static Floats HalfToFloat(Halves h) { return _mm512_maskz_cvtph_ps(kAll, h); }
+  static Floats HalfToFloat(Halves h) { return _mm512_maskz_cvtph_ps(0xffff, h); }
   static Halves FloatToHalf(Floats f) {
-    return _mm512_maskz_cvtps_ph(kAll, f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_maskz_cvtps_ph(0xffff, f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
 };
 

@@ -21,8 +21,8 @@ struct KernelSet {
   const char* name;  // "scalar", "avx2" or "avx512"
   void (*reduce)(const Reducer& r, void* dst, const void* in, const void* local, size_t n,
                  uint32_t flags);
-  void (*reduceMany)(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc,
-                     size_t n, uint32_t flags);
+  void (*reduceMany)(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
+                     uint32_t flags);
 };
 
 // Each level as built, or nullptr where this build has no such level (not an x86-64 GCC
