@@ -11,8 +11,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <random>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,15 +37,26 @@ constexpr TypeCase kTypes[] = {
 
 constexpr size_t kManySources[] = {2, 4, 8};
 
-// size bytes of finite values of dtype in [-4, 4] (integers: any value).
-std::vector<unsigned char> MakeBuffer(loomDataType_t dtype, size_t size, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> value(-4.0f, 4.0f);
-  std::vector<unsigned char> buf(size);
+struct FreeDeleter {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char[], FreeDeleter>;
+
+// size bytes of finite values of dtype in [-4, 4] (integers: any value), 64-byte aligned like
+// Loom's shared-memory slots. A xorshift generator keeps setting up 8 MiB buffers quick.
+Buffer MakeBuffer(loomDataType_t dtype, size_t size, uint64_t seed) {
+  uint64_t state = 0x9e3779b97f4a7c15ull * (seed + 1);
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  Buffer buf(static_cast<unsigned char*>(std::aligned_alloc(64, (size + 63) / 64 * 64)));
   const size_t es = typeSize(dtype);
   for (size_t i = 0; i + es <= size; i += es) {
-    uint64_t raw = rng();
-    const float f = value(rng);
+    uint64_t raw = next();
+    const float f = static_cast<float>(static_cast<int>(raw % 2001) - 1000) / 250.0f;
     switch (dtype) {
       case loomFloat32:
         std::memcpy(&raw, &f, sizeof(f));
@@ -66,16 +78,16 @@ std::vector<unsigned char> MakeBuffer(loomDataType_t dtype, size_t size, uint64_
       default:
         break;
     }
-    std::memcpy(buf.data() + i, &raw, es);
+    std::memcpy(buf.get() + i, &raw, es);
   }
   return buf;
 }
 
 void BM_Memcpy(benchmark::State& state, size_t size) {
-  std::vector<unsigned char> src = MakeBuffer(loomInt32, size, 1), dst(size);
+  const Buffer src = MakeBuffer(loomInt32, size, 1), dst = MakeBuffer(loomInt32, size, 2);
   for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), size);
-    benchmark::DoNotOptimize(dst.data());
+    std::memcpy(dst.get(), src.get(), size);
+    benchmark::DoNotOptimize(dst.get());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
@@ -85,11 +97,11 @@ void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels, loom
                size_t size) {
   const Reducer r = makeReducer(dtype, loomSum, 2);
   const size_t n = size / typeSize(dtype);
-  std::vector<unsigned char> in = MakeBuffer(dtype, size, 1), local = MakeBuffer(dtype, size, 2);
-  std::vector<unsigned char> dst(size);
+  const Buffer in = MakeBuffer(dtype, size, 1), local = MakeBuffer(dtype, size, 2);
+  const Buffer dst = MakeBuffer(dtype, size, 3);
   for (auto _ : state) {
-    kernels->reduce(r, dst.data(), in.data(), local.data(), n, 0);
-    benchmark::DoNotOptimize(dst.data());
+    kernels->reduce(r, dst.get(), in.get(), local.get(), n, 0);
+    benchmark::DoNotOptimize(dst.get());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * size));
@@ -100,21 +112,22 @@ void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, 
                    bool chain, size_t size) {
   const Reducer r = makeReducer(loomFloat32, loomSum, static_cast<int>(nsrc));
   const size_t n = size / sizeof(float);
-  std::vector<std::vector<unsigned char>> bufs;
+  std::vector<Buffer> bufs;
   std::vector<const void*> srcs;
   for (size_t k = 0; k < nsrc; ++k) {
     bufs.push_back(MakeBuffer(loomFloat32, size, k + 1));
-    srcs.push_back(bufs.back().data());
+    srcs.push_back(bufs.back().get());
   }
-  std::vector<unsigned char> dst(size);
+  const Buffer dst = MakeBuffer(loomFloat32, size, 0);
+  unsigned char* out = dst.get();
   for (auto _ : state) {
     if (chain) {
-      kernels->reduce(r, dst.data(), srcs[0], srcs[1], n, 0);
-      for (size_t k = 2; k < nsrc; ++k) kernels->reduce(r, dst.data(), dst.data(), srcs[k], n, 0);
+      kernels->reduce(r, out, srcs[0], srcs[1], n, 0);
+      for (size_t k = 2; k < nsrc; ++k) kernels->reduce(r, out, out, srcs[k], n, 0);
     } else {
-      kernels->reduceMany(r, dst.data(), srcs.data(), nsrc, n, 0);
+      kernels->reduceMany(r, out, srcs.data(), nsrc, n, 0);
     }
-    benchmark::DoNotOptimize(dst.data());
+    benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (nsrc + 1) * size));

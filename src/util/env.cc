@@ -40,6 +40,9 @@ constexpr Var kVars[] = {
     {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)", "NCCL_ALGO"},
     {"LOOM_PROTO", "",
      "force a protocol: LL (input and flag in one cache line, up to 56 B) or simple", "NCCL_PROTO"},
+    {"LOOM_KERNEL_ISA", "",
+     "force the reduction kernels' level: scalar, avx2 or avx512 (read by algorithms/kernels, "
+     "which links nothing else)"},
     {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)", "TORCH_NCCL_TRACE_BUFFER_SIZE"},
     {"LOOM_TRACE_DIR", "",
      "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},

@@ -897,6 +897,51 @@ INSTANTIATE_TEST_SUITE_P(AllLevelsNarrowTypes, KernelIsaCodesTest,
                                             ::testing::ValuesIn(kNarrowTypes)),
                          LevelAndTypeName);
 
+// Two NaN operands: the result is the first operand's NaN (in's, or the accumulated value's),
+// made quiet, at every level. Random data rarely pairs NaNs with different payloads.
+TEST(KernelIsa, PicksTheFirstOperandsNaN) {
+  std::mt19937_64 rng(0x7a7a);
+  const size_t n = 1031;
+  for (const TypeInfo& t : {kTypes[7], kTypes[8]}) {  // fp32, fp64
+    const int mant = t.size == 4 ? 23 : 52;
+    const uint64_t exp_mask = t.size == 4 ? 0x7f800000ull : 0x7ff0000000000000ull;
+    const uint64_t quiet = 1ull << (mant - 1);
+    auto random_nan = [&] {
+      const uint64_t payload = (rng() & ((1ull << mant) - 1)) | 1;  // non-zero: not inf
+      const uint64_t sign = (rng() & 1) << (8 * t.size - 1);
+      return sign | exp_mask | payload;
+    };
+    std::vector<uint64_t> in_raw(n), local_raw(n);
+    for (size_t i = 0; i < n; ++i) {
+      in_raw[i] = random_nan();
+      local_raw[i] = random_nan();
+    }
+    for (TestOp op : {TestOp::kSum, TestOp::kProd, TestOp::kPreMulSum}) {
+      const Reducer r = MakeTestReducer(t, op, rng);
+      for (const Level& level : kLevels) {
+        const internal::KernelSet* k = internal::kernelsFor(level.isa);
+        if (k == nullptr) continue;
+        Operands o(t, in_raw, local_raw, 0);
+        const void* srcs[] = {o.in.data(), o.local.data(), o.in.data()};
+        for (bool many : {false, true}) {
+          if (many) {
+            k->reduceMany(r, o.dst.data(), srcs, 3, n, 0);
+          } else {
+            k->reduce(r, o.dst.data(), o.in.data(), o.local.data(), n, kPre);
+          }
+          for (size_t i = 0; i < n; ++i) {
+            uint64_t got = 0;
+            std::memcpy(&got, o.dst.data() + i * t.size, t.size);
+            ASSERT_EQ(got, in_raw[i] | quiet)
+                << level.name << " " << t.name << " " << kOpNames[static_cast<int>(op)]
+                << (many ? " reduceMany" : " reduce") << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // reduceMany() against the chain of reduce() calls it replaces, at every level.
 

@@ -8,7 +8,9 @@
 // dst[i] = post(pre(local[i])). Integers wrap as in C (computed unsigned);
 // fp16, bf16, fp8 (e4m3, e5m2) compute in fp32 and round to nearest even
 // once per element; fp8 conversions saturate to the largest finite value.
-// dst may alias in or local exactly. Thread safe; no allocation.
+// dst may alias in or local exactly. Thread safe; no allocation. Where both
+// operands of a floating-point sum or product are NaN, the result is the first's
+// (in's) NaN, made quiet.
 //
 // reduceMany() combines any number of sources in one pass. Both run scalar, AVX2 or AVX-512
 // loops, whichever is the best the CPU supports (chosen once, at first use; the environment
@@ -53,7 +55,7 @@ void reduce(const Reducer& r, void* dst, const void* in, const void* local, size
 // srcs[0] and then dst (kPost on the last call only). kPre is not applied: the sources are
 // already scaled. One source gives reduce(r, dst, nullptr, srcs[0], n, flags & kPost); none
 // does nothing. dst may alias srcs[0] exactly, no other source. Each source is read once
-// and dst written once, a few KiB at a time.
+// and dst written once.
 void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
                 uint32_t flags);
 
