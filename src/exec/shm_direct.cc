@@ -1,5 +1,6 @@
 #include "exec/shm_direct.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/schedule.h"
@@ -21,23 +22,16 @@ void publish(std::atomic<uint32_t>& word, ShmDirectHeader* h, uint32_t value) {
   if (h->sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(&word);
 }
 
-// dst = post(src[first] (+) every other src, in index order). dst may alias
-// src[first] (it is read before anything is written) but no other source.
-void reduceAll(const kernels::Reducer& red, char* dst, const std::vector<const char*>& src,
+// dst = post(src[first] (+) every other src, in index order), in one pass
+// (kernels::reduceMany rounds after each combine, as chained reduce() calls
+// would). dst may alias src[first] but no other source. Reorders src.
+void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>& src,
                size_t first, size_t len) {
-  const size_t n = src.size();
-  if (n == 1) {
-    kernels::reduce(red, dst, nullptr, src[0], len, kernels::kPost);
-    return;
-  }
-  const char* acc = src[first];
-  size_t left = n - 1;
-  for (size_t q = 0; q < n; ++q) {
-    if (q == first) continue;
-    --left;
-    kernels::reduce(red, dst, acc, src[q], len, left == 0 ? uint32_t{kernels::kPost} : 0u);
-    acc = dst;
-  }
+  // [first, 0, 1, ..., first-1, first+1, ...]: first in front, the rest in order.
+  std::rotate(src.begin(), src.begin() + static_cast<long>(first),
+              src.begin() + static_cast<long>(first) + 1);
+  kernels::reduceMany(red, dst, reinterpret_cast<const void* const*>(src.data()), src.size(), len,
+                      kernels::kPost);
 }
 
 }  // namespace
@@ -58,7 +52,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   ShmDirectHeader* mine = shm.direct[static_cast<size_t>(me)].header();
   const char* send = static_cast<const char*>(op.sendbuff);
   char* recv = static_cast<char*>(op.recvbuff);
-  std::vector<const char*> bufs(static_cast<size_t>(n)), slice(static_cast<size_t>(n));
+  // Scratch for source pointers, kept per thread so the fast path does not allocate.
+  thread_local std::vector<const char*> bufs, slice;
+  bufs.resize(static_cast<size_t>(n));
+  slice.resize(static_cast<size_t>(n));
 
   auto waitAll = [&](std::atomic<uint32_t> ShmDirectHeader::*field, uint32_t target,
                      const char* phase) -> Status {
@@ -81,7 +78,8 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   const int64_t enterNs = op.record != nullptr ? op.record->enterNs : nowNs();
   auto noteArrivals = [&](auto enterOf) {
     if (op.record == nullptr) return;
-    std::vector<int64_t> enters(static_cast<size_t>(n));
+    thread_local std::vector<int64_t> enters;
+    enters.resize(static_cast<size_t>(n));
     for (int q = 0; q < n; ++q) enters[static_cast<size_t>(q)] = enterOf(q);
     comm.recorder().noteArrivals(op.record, enters);
   };
