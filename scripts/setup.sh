@@ -2,7 +2,8 @@
 # Installs what Loom needs to build and test, from Debian 12's packages.
 set -euo pipefail
 pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev iproute2 procps
-      openmpi-bin libopenmpi-dev libgloo-dev pkg-config)
+      openmpi-bin libopenmpi-dev libgloo-dev pkg-config
+      libhwloc-dev libxml2-dev nlohmann-json3-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
