@@ -28,4 +28,7 @@ Result<sockaddr_in> parseHostPort(const std::string& hostPort, const char* argNa
 
 std::string toString(const sockaddr_in& addr);  // "10.0.0.1:4242"
 
+// A TCP port on 127.0.0.1 that was free a moment ago (for tests and local launchers), or -1.
+int freeLoopbackPort();
+
 }  // namespace loom::net

@@ -19,6 +19,8 @@
 #include <memory>
 #include <thread>
 
+#include "util/net.h"
+
 namespace loomtest {
 
 // ---- Processes ----
@@ -29,21 +31,7 @@ double nowSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int freeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
+int freeLoopbackPort() { return loom::net::freeLoopbackPort(); }
 
 namespace {
 
