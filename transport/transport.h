@@ -31,6 +31,18 @@ namespace loom::transport {
 
 enum class Kind { Shm, Tcp };
 
+// Arrival news that rides with a slot, so that ranks learn who entered an
+// operation late without an extra message: the earliest and latest entry
+// times (on rank 0's clock) the sender has heard of for operation `seq`, and
+// whose they were. seq 0: no news.
+struct Stamp {
+  uint64_t seq = 0;
+  int64_t earliestNs = 0;
+  int64_t latestNs = 0;
+  int32_t earliestRank = -1;
+  int32_t latestRank = -1;
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -44,9 +56,13 @@ class Connection {
   virtual void* trySendSlot() = 0;
   // Publishes the slot from trySendSlot() holding `bytes` (<= slotBytes()).
   virtual void postSend(size_t bytes) = 0;
+  // Attaches `stamp` to the next slot posted (else it carries no news).
+  virtual void stampNext(const Stamp& stamp) = 0;
 
   // Receive side. The next posted slot and its size, or nullptr if none yet.
   virtual const void* tryRecvSlot(size_t* bytes) = 0;
+  // The stamp of the slot tryRecvSlot() returned (seq 0 when none).
+  virtual Stamp recvStamp() const = 0;
   // Returns the slot from tryRecvSlot() to the sender.
   virtual void releaseRecv() = 0;
 

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -62,6 +64,95 @@ Result<CommOptions> resolveConfig(const loomConfig_t* config) {
   }
   if (o.timeoutMs <= 0) o.timeoutMs = 300000;
   return o;
+}
+
+namespace {
+
+// Small blocking messages over a connection, for set-up (the executor owns waiting later).
+Status sendSmall(transport::Connection* c, const void* p, size_t n, int64_t deadline) {
+  for (;;) {
+    LOOM_CHECK(c->progress());
+    if (void* slot = c->trySendSlot()) {
+      std::memcpy(slot, p, n);
+      c->postSend(n);
+      break;
+    }
+    if (nowNs() > deadline)
+      return LOOM_ERROR(loomTimeout, "clock sync: timed out sending to rank " +
+                                         std::to_string(c->peer()));
+    c->wait(true, 1000);
+  }
+  while (!c->flushed()) {
+    LOOM_CHECK(c->progress());
+    if (nowNs() > deadline)
+      return LOOM_ERROR(loomTimeout, "clock sync: timed out sending to rank " +
+                                         std::to_string(c->peer()));
+    c->wait(true, 1000);
+  }
+  return Status::ok();
+}
+
+Status recvSmall(transport::Connection* c, void* p, size_t n, int64_t deadline) {
+  for (;;) {
+    LOOM_CHECK(c->progress());
+    size_t got = 0;
+    if (const void* slot = c->tryRecvSlot(&got)) {
+      if (got != n)
+        return LOOM_ERROR(loomInternalError, "clock sync: rank " + std::to_string(c->peer()) +
+                                                 " sent " + std::to_string(got) + " bytes");
+      std::memcpy(p, slot, n);
+      c->releaseRecv();
+      return Status::ok();
+    }
+    LOOM_CHECK(c->checkRecv());
+    if (nowNs() > deadline)
+      return LOOM_ERROR(loomTimeout, "clock sync: timed out waiting for rank " +
+                                         std::to_string(c->peer()));
+    c->wait(false, 1000);
+  }
+}
+
+}  // namespace
+
+// Aligns clocks to rank 0's. Ranks of rank 0's host share its CLOCK_MONOTONIC (offset 0). With
+// every other rank, rank 0 exchanges kRounds pings over their connection: it sends its clock t0,
+// the rank answers with its own clock tr, and rank 0 reads t1. The round with the shortest round
+// trip gives offset = (t0 + t1) / 2 - tr, within +-rtt / 2; rank 0 sends both to the rank.
+Status syncClock(Comm& c, int64_t deadline) {
+  constexpr int kRounds = 8;
+  const std::string& host0 = c.peer(0).host;
+  if (c.rank() != 0) {
+    if (c.peer(c.rank()).host == host0) return Status::ok();
+    transport::Connection* conn = c.conn(0);
+    for (int i = 0; i < kRounds; ++i) {
+      int64_t t0 = 0;
+      LOOM_CHECK(recvSmall(conn, &t0, sizeof(t0), deadline));
+      const int64_t tr = nowNs();
+      LOOM_CHECK(sendSmall(conn, &tr, sizeof(tr), deadline));
+    }
+    int64_t result[2];
+    LOOM_CHECK(recvSmall(conn, result, sizeof(result), deadline));
+    c.recorder().setClock(result[0], result[1]);
+    LOOM_INFO(kInit, "%s: clock offset to rank 0 %lld ns (+-%lld ns)", c.describe().c_str(),
+              static_cast<long long>(result[0]), static_cast<long long>(result[1]));
+    return Status::ok();
+  }
+  for (int r = 1; r < c.nranks(); ++r) {
+    if (c.peer(r).host == host0) continue;
+    transport::Connection* conn = c.conn(r);
+    int64_t best[2] = {0, INT64_MAX};  // offset, round trip
+    for (int i = 0; i < kRounds; ++i) {
+      const int64_t t0 = nowNs();
+      LOOM_CHECK(sendSmall(conn, &t0, sizeof(t0), deadline));
+      int64_t tr = 0;
+      LOOM_CHECK(recvSmall(conn, &tr, sizeof(tr), deadline));
+      const int64_t t1 = nowNs();
+      if (t1 - t0 < best[1]) best[0] = t0 + (t1 - t0) / 2 - tr, best[1] = t1 - t0;
+    }
+    const int64_t result[2] = {best[0], (best[1] + 1) / 2};
+    LOOM_CHECK(sendSmall(conn, result, sizeof(result), deadline));
+  }
+  return Status::ok();
 }
 
 Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, int rank,
@@ -136,6 +227,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     c->netConns_.push_back(conn.get());
     c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
   }
+  c->stampsSent_.assign(static_cast<size_t>(nranks), {0, 0});
+  LOOM_CHECK(syncClock(*c, deadline));
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu tcp peers, slot %zu B x %zu",
             c->describe().c_str(), local.size() - 1, remote.size(), slotBytes, depth);

@@ -105,6 +105,8 @@ class Comm {
   std::vector<std::unique_ptr<kernels::Reducer>>& userOps() { return userOps_; }
 
   trace::FlightRecorder& recorder() { return *recorder_; }
+  // Per peer, the (operation, news version) last stamped on a slot to it (exec::ArrivalNews).
+  std::vector<std::pair<uint64_t, uint64_t>>* stampsSent() { return &stampsSent_; }
   // Writes the flight recorder to `path` ("" : LOOM_TRACE_DIR's file for this
   // rank). reason says why ("timeout", "SIGUSR1", ...).
   Status dumpTrace(const std::string& path, const std::string& reason);
@@ -141,6 +143,7 @@ class Comm {
   Status asyncError_;
   std::vector<std::unique_ptr<kernels::Reducer>> userOps_;
   std::unique_ptr<trace::FlightRecorder> recorder_;
+  std::vector<std::pair<uint64_t, uint64_t>> stampsSent_;
   uint64_t dumpRequestsSeen_ = 0;
 };
 

@@ -77,6 +77,33 @@ Status Waiter::flush() {
   return Status::ok();
 }
 
+void ArrivalNews::start(uint64_t seq, int rank, int64_t enterNs) {
+  known = {seq, enterNs, enterNs, rank, rank};
+  version = 1;
+}
+
+void ArrivalNews::merge(const transport::Stamp& s) {
+  if (known.seq == 0 || s.seq != known.seq) return;
+  if (s.earliestNs < known.earliestNs) {
+    known.earliestNs = s.earliestNs;
+    known.earliestRank = s.earliestRank;
+    ++version;
+  }
+  if (s.latestNs > known.latestNs) {
+    known.latestNs = s.latestNs;
+    known.latestRank = s.latestRank;
+    ++version;
+  }
+}
+
+void ArrivalNews::stampIfNew(transport::Connection* c, int peer) {
+  if (known.seq == 0 || sent == nullptr) return;
+  auto& last = (*sent)[static_cast<size_t>(peer)];
+  if (last.first == known.seq && last.second == version) return;
+  last = {known.seq, version};
+  c->stampNext(known);
+}
+
 namespace {
 
 char* bufPtr(const OpArgs& op, const algo::BufRef& ref, size_t start) {
@@ -99,6 +126,13 @@ std::string stepText(const Step& st, size_t i, size_t n, size_t piece, size_t pi
 
 Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
   Waiter waiter(comm, op);
+  ArrivalNews newsStore;
+  ArrivalNews* news = nullptr;
+  if (op.record != nullptr) {
+    newsStore.sent = comm.stampsSent();
+    newsStore.start(op.seq, comm.rank(), comm.recorder().toRank0(op.record->enterNs));
+    news = &newsStore;
+  }
   const kernels::Reducer& red = op.reducer;
   for (const std::vector<Step>& steps : schedule.channels) {
     std::vector<size_t> pieces(steps.size());
@@ -134,6 +168,10 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
                                   std::to_string(got) + " bytes where " + std::to_string(bytes) +
                                   " were expected; do all ranks call the same collective with "
                                   "the same count, type and root?");
+          if (news != nullptr) {
+            news->merge(rc->recvStamp());
+            comm.recorder().noteFirstArrival(op.record, st.recvPeer);
+          }
         }
         void* out = nullptr;
         transport::Connection* sc = nullptr;
@@ -175,12 +213,21 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
               std::memmove(dst, src, bytes);
             break;
         }
-        if (sc != nullptr) sc->postSend(bytes);
+        if (sc != nullptr) {
+          if (news != nullptr) news->stampIfNew(sc, st.sendPeer);
+          sc->postSend(bytes);
+        }
         if (rc != nullptr) rc->releaseRecv();
       }
     }
   }
-  return waiter.flush();
+  LOOM_CHECK(waiter.flush());
+  if (news != nullptr) {
+    const transport::Stamp& k = news->known;
+    comm.recorder().noteExtremes(op.record, k.earliestRank, k.earliestNs, k.latestRank,
+                                 k.latestNs);
+  }
+  return Status::ok();
 }
 
 }  // namespace loom::exec

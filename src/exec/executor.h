@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/kernels/cpu/reduce.h"
@@ -29,6 +30,21 @@ struct OpArgs {
   kernels::Reducer reducer;
   int64_t deadlineNs = 0;
   trace::OpRecord* record = nullptr;  // the flight recorder's entry, or null
+};
+
+// What this rank knows of the operation's entry times, spread with the data: every slot sent
+// after the news changed carries it (transport::Stamp), so after a ring's n - 1 hops every rank
+// knows the earliest and the latest rank. Off (seq 0) when the recorder is.
+struct ArrivalNews {
+  transport::Stamp known;
+  uint64_t version = 0;                         // bumps when `known` changes
+  std::vector<std::pair<uint64_t, uint64_t>>* sent = nullptr;  // per peer: (seq, version) stamped
+
+  // Starts the news of operation `seq` with this rank's own entry on rank 0's clock.
+  void start(uint64_t seq, int rank, int64_t enterNs);
+  void merge(const transport::Stamp& s);
+  // Stamps the next slot to `peer` when it has not heard the latest news.
+  void stampIfNew(transport::Connection* c, int peer);
 };
 
 // Adds a wait that went past spinning to the operation's record.
@@ -76,6 +92,8 @@ class Waiter {
 };
 
 // Runs this rank's schedule to completion.
+// With the recorder on, arrival news rides with the data and the record gets the earliest and
+// latest ranks.
 Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op);
 
 struct P2POp {

@@ -3,10 +3,14 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
+#include "util/env.h"
+#include "util/log.h"
 #include "util/wait.h"
 
 namespace loom::trace {
@@ -24,9 +28,43 @@ const char* stateName(OpState s) {
 FlightRecorder::FlightRecorder(size_t capacity, int rank, int nranks)
     : rank_(rank), nranks_(nranks), ring_(capacity), lateness_(static_cast<size_t>(nranks)) {}
 
+namespace {
+
+// LOOM_INJECT_DELAY=RANK:US[:EVERY], parsed once; rank -1 when unset or malformed.
+struct InjectDelay {
+  int rank = -1;
+  int64_t us = 0;
+  uint64_t every = 1;
+};
+
+const InjectDelay& injectDelay() {
+  static const InjectDelay parsed = [] {
+    InjectDelay d;
+    const std::string& text = env::injectDelay();
+    if (text.empty()) return d;
+    long long rank = -1, us = -1, every = 1;
+    char tail = 0;
+    const int n = std::sscanf(text.c_str(), "%lld:%lld:%lld%c", &rank, &us, &every, &tail);
+    if ((n != 2 && n != 3) || rank < 0 || us < 0 || every < 1) {
+      LOOM_WARN(kTrace, "LOOM_INJECT_DELAY=%s is not RANK:US[:EVERY]; ignoring it", text.c_str());
+      return d;
+    }
+    d.rank = static_cast<int>(rank);
+    d.us = us;
+    d.every = static_cast<uint64_t>(every);
+    return d;
+  }();
+  return parsed;
+}
+
+}  // namespace
+
 OpRecord* FlightRecorder::begin(uint64_t seq, const char* coll, size_t count, int dtype, int op,
                                 int root) {
   if (ring_.empty()) return nullptr;
+  const InjectDelay& inject = injectDelay();
+  if (inject.rank == rank_ && seq % inject.every == 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(inject.us));
   std::lock_guard<std::mutex> lock(mutex_);
   OpRecord& r = ring_[next_++ % ring_.size()];
   r = OpRecord();
@@ -61,6 +99,9 @@ void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enter
   std::lock_guard<std::mutex> lock(mutex_);
   r->lastRank = lastRank;
   r->lateNs = *last - *first;
+  r->earliestRank = static_cast<int>(first - enterNs.begin());
+  r->earliestNs = toRank0(*first);
+  r->latestNs = toRank0(*last);
   for (size_t q = 0; q < enterNs.size() && q < lateness_.size(); ++q) {
     RankLateness& l = lateness_[q];
     const int64_t late = enterNs[q] - *first;
@@ -74,6 +115,28 @@ void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enter
   for (int64_t t : enterNs) worst.waitCausedNs += static_cast<double>(*last - t);
 }
 
+void FlightRecorder::noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs,
+                                  int latestRank, int64_t latestNs) {
+  if (r == nullptr || latestRank < 0 || earliestRank < 0 || latestRank >= nranks_ ||
+      earliestRank >= nranks_)
+    return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  r->lastRank = latestRank;
+  r->lateNs = latestNs - earliestNs;
+  r->earliestRank = earliestRank;
+  r->earliestNs = earliestNs;
+  r->latestNs = latestNs;
+  if (latestRank == earliestRank) return;
+  RankLateness& late = lateness_[static_cast<size_t>(latestRank)];
+  ++late.ops;
+  ++late.timesLast;
+  late.sumLateNs += static_cast<double>(r->lateNs);
+  late.maxLateNs = std::max(late.maxLateNs, r->lateNs);
+  // What this rank saw: it waited for the last rank from its own entry on.
+  late.waitCausedNs += static_cast<double>(std::max<int64_t>(latestNs - toRank0(r->enterNs), 0));
+  ++lateness_[static_cast<size_t>(earliestRank)].ops;  // arrived first: no lateness
+}
+
 std::vector<RankLateness> FlightRecorder::lateness() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return lateness_;
@@ -85,7 +148,8 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
   std::ostringstream o;
   o << "{\"rank\":" << rank_ << ",\"nranks\":" << nranks_ << ",\"comm\":\"" << commName
     << "\",\"commHash\":\"" << std::hex << commHash << std::dec << "\",\"reason\":\"" << reason
-    << "\",\"clock\":\"CLOCK_MONOTONIC\",\"clockOffsetNs\":0,\"lastCompletedSeq\":"
+    << "\",\"clock\":\"CLOCK_MONOTONIC\",\"clockOffsetNs\":" << clockOffsetNs_
+    << ",\"clockErrorNs\":" << clockErrorNs_ << ",\"lastCompletedSeq\":"
     << lastCompleted_.load() << ",\"ops\":[";
   const size_t n = std::min<uint64_t>(next_, ring_.size());
   for (size_t i = 0; i < n; ++i) {
@@ -98,6 +162,16 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
       << ",\"waitNs\":" << r.waitNs << ",\"waitPeer\":" << r.waitPeer
       << ",\"maxWaitNs\":" << r.maxWaitNs << ",\"lastRank\":" << r.lastRank
       << ",\"lateNs\":" << r.lateNs;
+    // Entry times known to this rank, on rank 0's clock: its own, the earliest and the latest.
+    o << ",\"arrivals\":[[" << rank_ << "," << toRank0(r.enterNs) << "]";
+    if (r.earliestRank >= 0 && r.earliestRank != rank_)
+      o << ",[" << r.earliestRank << "," << r.earliestNs << "]";
+    if (r.lastRank >= 0 && r.lastRank != rank_ && r.lastRank != r.earliestRank)
+      o << ",[" << r.lastRank << "," << r.latestNs << "]";
+    o << "],\"firstArrivalNs\":[";
+    for (int i = 0; i < OpRecord::kFirstPeers && r.firstPeer[i] >= 0; ++i)
+      o << (i ? "," : "") << "[" << r.firstPeer[i] << "," << toRank0(r.firstNs[i]) << "]";
+    o << "]";
     if (r.error[0] != '\0') {
       o << ",\"error\":\"";
       for (const char* p = r.error; *p; ++p) {

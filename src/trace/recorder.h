@@ -8,7 +8,8 @@
 // each per operation, so the data path itself never locks).
 //
 // Times are CLOCK_MONOTONIC nanoseconds, the same clock for every process of
-// a host; `clockOffsetNs` converts them to rank 0's clock (0 on one host).
+// a host; adding `clockOffsetNs` (measured at bootstrap against rank 0, 0 on
+// rank 0's host) converts them to rank 0's clock.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "util/status.h"
+#include "util/wait.h"
 
 namespace loom::trace {
 
@@ -41,6 +43,13 @@ struct OpRecord {
   int64_t maxWaitNs = 0;   // that wait
   int lastRank = -1;       // the rank that arrived last, when known
   int64_t lateNs = 0;      // how long after the first rank it arrived
+  int earliestRank = -1;   // the rank that arrived first, when known
+  int64_t earliestNs = 0;  // its entry and the last rank's, on rank 0's clock
+  int64_t latestNs = 0;
+  // When data from each peer first arrived (this rank's clock), for the first few peers.
+  static constexpr int kFirstPeers = 4;
+  int firstPeer[kFirstPeers] = {-1, -1, -1, -1};
+  int64_t firstNs[kFirstPeers] = {};
   char error[160] = {};
 };
 
@@ -73,6 +82,28 @@ class FlightRecorder {
   }
   // Records every rank's entry time (same clock) for the current operation.
   void noteArrivals(OpRecord* r, const std::vector<int64_t>& enterNs);
+  // Records the earliest and latest entries (rank 0's clock) learned from stamps; this rank
+  // waited for the latest from its own entry on.
+  void noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs, int latestRank,
+                    int64_t latestNs);
+  // Notes the first data from `peer` in the current operation (cheap; called per piece).
+  static void noteFirstArrival(OpRecord* r, int peer) {
+    if (r == nullptr) return;
+    for (int i = 0; i < OpRecord::kFirstPeers; ++i) {
+      if (r->firstPeer[i] == peer) return;
+      if (r->firstPeer[i] < 0) {
+        r->firstPeer[i] = peer;
+        r->firstNs[i] = nowNs();
+        return;
+      }
+    }
+  }
+  // Rank 0's clock minus this rank's, and the bound on that estimate's error (bootstrap).
+  void setClock(int64_t offsetNs, int64_t errorNs) {
+    clockOffsetNs_ = offsetNs;
+    clockErrorNs_ = errorNs;
+  }
+  int64_t toRank0(int64_t ns) const { return ns + clockOffsetNs_; }
 
   uint64_t lastCompletedSeq() const { return lastCompleted_.load(std::memory_order_relaxed); }
   std::vector<RankLateness> lateness() const;
@@ -91,6 +122,7 @@ class FlightRecorder {
   std::atomic<uint64_t> lastCompleted_{0};
   mutable std::mutex mutex_;
   std::vector<RankLateness> lateness_;
+  int64_t clockOffsetNs_ = 0, clockErrorNs_ = 0;
 };
 
 // SIGUSR1 asks every communicator of the process to dump its recorder into

@@ -37,18 +37,31 @@ constexpr Var kVars[] = {
     {"LOOM_SPIN_COUNT", "-1",
      "polls of a wait before it yields (-1: 2000, or 100 when local ranks outnumber cores)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
-    {"LOOM_ALGO", "", "force an all-reduce algorithm: ring or direct (default: the tuner picks)", "NCCL_ALGO"},
+    {"LOOM_ALGO", "",
+     "algorithms the tuner may pick: ring, tree, rhd, hier, chain, direct; a list for every "
+     "collective or per collective (allreduce:ring,tree;allgather:ring); ^ excludes",
+     "NCCL_ALGO"},
     {"LOOM_PROTO", "",
-     "force a protocol: LL (input and flag in one cache line, up to 56 B) or simple", "NCCL_PROTO"},
+     "protocols: LL (input and flag in one cache line, up to 56 B) or simple; same syntax as "
+     "LOOM_ALGO",
+     "NCCL_PROTO"},
     {"LOOM_KERNEL_ISA", "",
      "force the reduction kernels' level: scalar, avx2 or avx512 (read by algorithms/kernels, "
      "which links nothing else)"},
+    {"LOOM_INJECT_DELAY", "",
+     "tests only: RANK:US[:EVERY] delays RANK's entry into every EVERY-th operation (default "
+     "each) by US microseconds, as a late caller would (needs the flight recorder)"},
     {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)", "TORCH_NCCL_TRACE_BUFFER_SIZE"},
     {"LOOM_TRACE_DIR", "",
      "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (two per rank, one host only)"},
     {"LOOM_DIRECT_SYM_MAX", "65536",
      "direct all-reduce: every rank reduces the whole message up to this many bytes"},
+    {"LOOM_TOPO_FILE", "",
+     "read this host's topology from this file (NCCL topology XML or hwloc XML) instead of "
+     "detecting it", "NCCL_TOPO_FILE"},
+    {"LOOM_TOPO_DUMP_FILE", "", "write the topology detected (or loaded) to this file, in NCCL's schema",
+     "NCCL_TOPO_DUMP_FILE"},
 };
 
 const char* raw(const char* name) {
@@ -99,7 +112,10 @@ LOOM_ENV_STRING(proto, "LOOM_PROTO")
 LOOM_ENV_INT(directBytes, "LOOM_DIRECT_BYTES")
 LOOM_ENV_INT(flightRecorder, "LOOM_FLIGHT_RECORDER")
 LOOM_ENV_STRING(traceDir, "LOOM_TRACE_DIR")
+LOOM_ENV_STRING(injectDelay, "LOOM_INJECT_DELAY")
 LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
+LOOM_ENV_STRING(topoFile, "LOOM_TOPO_FILE")
+LOOM_ENV_STRING(topoDumpFile, "LOOM_TOPO_DUMP_FILE")
 LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
 LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")

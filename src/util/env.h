@@ -29,7 +29,10 @@ const std::string& proto();          // LOOM_PROTO
 int64_t directBytes();               // LOOM_DIRECT_BYTES
 int64_t flightRecorder();            // LOOM_FLIGHT_RECORDER
 const std::string& traceDir();       // LOOM_TRACE_DIR
+const std::string& injectDelay();    // LOOM_INJECT_DELAY (parsed by src/trace)
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
+const std::string& topoFile();       // LOOM_TOPO_FILE
+const std::string& topoDumpFile();   // LOOM_TOPO_DUMP_FILE
 
 // Every declared variable as a markdown table (README.md embeds it).
 std::string markdownTable();

@@ -28,6 +28,7 @@ struct alignas(64) ShmFifo {
   std::atomic<uint32_t> broken;  // set by either side on failure
   uint32_t pad2;
   uint64_t sizes[kShmMaxDepth];  // bytes in each slot
+  Stamp stamps[kShmMaxDepth];    // each slot's arrival news
   // Slots follow at kShmFifoHeaderBytes.
 };
 
@@ -48,7 +49,9 @@ class ShmConnection final : public Connection {
   size_t slotBytes() const override { return slotBytes_; }
   void* trySendSlot() override;
   void postSend(size_t bytes) override;
+  void stampNext(const Stamp& stamp) override { next_ = stamp; }
   const void* tryRecvSlot(size_t* bytes) override;
+  Stamp recvStamp() const override { return in_->stamps[consumed_ % depth_]; }
   void releaseRecv() override;
   Status progress() override;
   bool flushed() const override { return true; }
@@ -56,6 +59,7 @@ class ShmConnection final : public Connection {
   void markBroken() override;
 
  private:
+  Stamp next_;  // for the next slot posted
   static char* slots(ShmFifo* f) { return reinterpret_cast<char*>(f) + kShmFifoHeaderBytes; }
 
   int peer_;

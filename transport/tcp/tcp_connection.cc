@@ -12,8 +12,15 @@
 namespace loom::transport {
 
 namespace {
-constexpr size_t kHeader = sizeof(uint32_t);
-}
+// A frame is a header (the payload's length and the slot's stamp), then the payload.
+struct FrameHeader {
+  uint32_t size;
+  uint32_t reserved;
+  Stamp stamp;
+};
+constexpr size_t kHeader = sizeof(FrameHeader);
+static_assert(kHeader == 40, "recvHeader_ holds one header");
+}  // namespace
 
 TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
     : peer_(peer),
@@ -23,7 +30,9 @@ TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
       sendBuf_(slotBytes * depth),  // value-initialised: every page touched once, here
       recvBuf_(slotBytes * depth),
       sendSizes_(depth),
-      recvSizes_(depth) {}
+      recvSizes_(depth),
+      sendStamps_(depth),
+      recvStamps_(depth) {}
 
 TcpConnection::~TcpConnection() {
   if (fd_ >= 0) close(fd_);
@@ -36,6 +45,8 @@ void* TcpConnection::trySendSlot() {
 
 void TcpConnection::postSend(size_t bytes) {
   sendSizes_[posted_ % depth_] = static_cast<uint32_t>(bytes);
+  sendStamps_[posted_ % depth_] = next_;
+  next_.seq = 0;
   ++posted_;
 }
 
@@ -58,11 +69,12 @@ Status TcpConnection::progress() {
   if (!error_.isOk()) return error_;
   // Write posted frames until the socket is full.
   while (sent_ != posted_) {
-    uint32_t size = sendSizes_[sent_ % depth_];
+    const uint32_t size = sendSizes_[sent_ % depth_];
+    FrameHeader h{size, 0, sendStamps_[sent_ % depth_]};
     iovec iov[2];
     int n = 0;
     if (sentBytes_ < kHeader) {
-      iov[n++] = {reinterpret_cast<char*>(&size) + sentBytes_, kHeader - sentBytes_};
+      iov[n++] = {reinterpret_cast<char*>(&h) + sentBytes_, kHeader - sentBytes_};
       iov[n++] = {sendSlotPtr(sent_), size};
     } else {
       iov[n++] = {sendSlotPtr(sent_) + (sentBytes_ - kHeader), size - (sentBytes_ - kHeader)};
@@ -85,22 +97,22 @@ Status TcpConnection::progress() {
   while (!eof_ && filled_ - consumed_ < depth_) {
     ssize_t r;
     if (recvBytes_ < kHeader) {
-      r = recv(fd_, reinterpret_cast<char*>(&recvHeader_) + recvBytes_, kHeader - recvBytes_,
-               MSG_DONTWAIT);
+      r = recv(fd_, recvHeader_ + recvBytes_, kHeader - recvBytes_, MSG_DONTWAIT);
     } else {
-      if (recvHeader_ > slotBytes_) {
+      const uint32_t size = reinterpret_cast<const FrameHeader*>(recvHeader_)->size;
+      if (size > slotBytes_) {
         error_ = LOOM_ERROR(loomInternalError,
                             "rank " + std::to_string(peer_) + " sent a frame of " +
-                                std::to_string(recvHeader_) + " bytes; slots hold " +
+                                std::to_string(size) + " bytes; slots hold " +
                                 std::to_string(slotBytes_) +
                                 " (do all ranks use the same LOOM_SLOT_BYTES?)");
         return error_;
       }
       size_t got = recvBytes_ - kHeader;
-      if (got == recvHeader_) {
+      if (got == size) {
         r = 0;  // empty frame complete; handled below
       } else {
-        r = recv(fd_, recvSlotPtr(filled_) + got, recvHeader_ - got, MSG_DONTWAIT);
+        r = recv(fd_, recvSlotPtr(filled_) + got, size - got, MSG_DONTWAIT);
         if (r == 0) return fail("recv, in the middle of a message", 0);
       }
     }
@@ -114,8 +126,10 @@ Status TcpConnection::progress() {
       break;
     }
     recvBytes_ += static_cast<size_t>(r);
-    if (recvBytes_ >= kHeader && recvBytes_ == kHeader + recvHeader_) {
-      recvSizes_[filled_ % depth_] = recvHeader_;
+    const FrameHeader* h = reinterpret_cast<const FrameHeader*>(recvHeader_);
+    if (recvBytes_ >= kHeader && recvBytes_ == kHeader + h->size) {
+      recvSizes_[filled_ % depth_] = h->size;
+      recvStamps_[filled_ % depth_] = h->stamp;
       ++filled_;
       recvBytes_ = 0;
     }

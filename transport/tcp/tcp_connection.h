@@ -1,7 +1,8 @@
 // TCP connection between two ranks (usually on different hosts).
 //
 // The socket is non-blocking. Posted send slots sit in a local FIFO until
-// progress() writes them out as frames (a 4-byte length, then the bytes);
+// progress() writes them out as frames (a header of the length and the
+// slot's stamp, then the bytes);
 // progress() reads incoming frames into a local FIFO of receive slots, and
 // stops reading while all of them are full, which leaves the peer's data in
 // the kernel and so throttles the peer: credits without extra messages.
@@ -27,7 +28,9 @@ class TcpConnection final : public Connection {
   size_t slotBytes() const override { return slotBytes_; }
   void* trySendSlot() override;
   void postSend(size_t bytes) override;
+  void stampNext(const Stamp& stamp) override { next_ = stamp; }
   const void* tryRecvSlot(size_t* bytes) override;
+  Stamp recvStamp() const override { return recvStamps_[consumed_ % depth_]; }
   void releaseRecv() override;
   Status progress() override;
   bool flushed() const override { return sent_ == posted_; }
@@ -50,11 +53,13 @@ class TcpConnection final : public Connection {
   size_t depth_;
   std::vector<char> sendBuf_, recvBuf_;
   std::vector<uint32_t> sendSizes_, recvSizes_;
+  std::vector<Stamp> sendStamps_, recvStamps_;
+  Stamp next_;  // for the next slot posted
   uint64_t posted_ = 0, sent_ = 0;        // send FIFO: posted, fully written
   size_t sentBytes_ = 0;                  // of frame sent_ (header included)
   uint64_t filled_ = 0, consumed_ = 0;    // receive FIFO: complete frames, released
   size_t recvBytes_ = 0;                  // of frame filled_ (header included)
-  uint32_t recvHeader_ = 0;
+  alignas(8) char recvHeader_[40] = {};  // the frame header being read
   Status error_;
   bool eof_ = false;  // the peer closed its sending side
 };
