@@ -94,6 +94,53 @@ TEST(Straggler, LateRankIsNamedLargeMessages) {
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
 
+// The schedule path (a ring over TCP): LOOM_INJECT_DELAY makes rank 2 enter every second
+// operation 20 ms late; the news riding in the slots tells every rank who was last, by how
+// much, on rank 0's clock, without an extra message.
+TEST(Straggler, LateRankIsNamedOnTheRingOverTcp) {
+  constexpr int kRingOps = 20, kDelayUs = 20000;
+  std::string dir = makeTempDir();
+  LaunchOptions opts;
+  opts.nranks = 4;
+  opts.env.push_back({"LOOM_SHM_DISABLE", "1"});
+  opts.env.push_back({"LOOM_ALGO", "ring"});
+  opts.env.push_back({"LOOM_INJECT_DELAY", "2:" + std::to_string(kDelayUs) + ":2"});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    std::vector<float> buf(1000, 1.0f), out(1000);
+    for (int i = 0; i < kRingOps; ++i) {
+      if (loomAllReduce(buf.data(), out.data(), buf.size(), loomFloat32, loomSum, ctx.comm,
+                        nullptr) != loomSuccess)
+        return 1;
+      if (out[999] != static_cast<float>(ctx.nranks)) return 2;
+    }
+    std::vector<loomStragglerStat_t> st(static_cast<size_t>(ctx.nranks));
+    if (loomCommGetStragglerSummary(ctx.comm, st.data(), ctx.nranks) != loomSuccess) return 3;
+    const loomStragglerStat_t& late = st[2];
+    fprintf(stderr, "rank %d sees rank 2: last %llu, mean %.0f us, max %.0f us, caused %.0f us\n",
+            ctx.rank, late.timesLast, late.meanLateUs, late.maxLateUs, late.waitCausedUs);
+    // Operations 2, 4, ..., 20 were delayed: rank 2 came last in each, about 20 ms late.
+    if (late.timesLast < static_cast<unsigned long long>(kRingOps / 2)) return 4;
+    if (late.maxLateUs < kDelayUs * 0.8 || late.maxLateUs > kDelayUs * 5) return 5;
+    for (int r = 0; r < ctx.nranks; ++r)
+      if (r != 2 && st[static_cast<size_t>(r)].maxLateUs > kDelayUs / 2) return 6;
+    std::string path = dir + "/ring-rank" + std::to_string(ctx.rank) + ".json";
+    if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 7;
+    const std::string json = readFile(path);
+    size_t lastIs2 = 0;
+    for (size_t p = json.find("\"lastRank\":2,"); p != std::string::npos;
+         p = json.find("\"lastRank\":2,", p + 1))
+      ++lastIs2;
+    if (lastIs2 < static_cast<size_t>(kRingOps / 2) ||
+        json.find("\"clockErrorNs\":0,") == std::string::npos ||
+        json.find("\"algorithm\":\"ring\"") == std::string::npos) {
+      fprintf(stderr, "trace names rank 2 last %zu times:\n%s\n", lastIs2, json.c_str());
+      return 8;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 // Rank 1 stops after three all-reduces; rank 0's fourth times out naming the
 // operation, rank 1 and rank 1's last completed operation, and its trace is
 // dumped into LOOM_TRACE_DIR with the operation marked failed.

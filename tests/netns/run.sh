@@ -66,6 +66,7 @@ for rank in $(seq 0 $((NRANKS - 1))); do
   if ((rank < 2)); then ns=$NS_A ifname=$VETH_A; else ns=$NS_B ifname=$VETH_B; fi
   ip netns exec "$ns" env LOOM_RANK="$rank" LOOM_WORLD_SIZE="$NRANKS" \
     LOOM_COMM_ID="$ADDR_A:$PORT" LOOM_SOCKET_IFNAME="$ifname" LOOM_TIMEOUT_MS=60000 \
+    LOOM_TRACE_DIR="$LOGS" \
     timeout -s KILL "$RANK_TIMEOUT_S" "$WORKER" >"$LOGS/rank$rank.log" 2>&1 &
   PIDS+=($!)
 done
@@ -81,6 +82,28 @@ for rank in $(seq 0 $((NRANKS - 1))); do
   fi
 done
 PIDS=()
+
+# Clock alignment: every rank dumped its recorder at destroy. The namespaces share one kernel
+# clock, so the true offset between the hosts is 0: each measured offset must lie within its own
+# error bound, the bound must be set (and small) across the veth link, and 0 on rank 0's host.
+for rank in $(seq 0 $((NRANKS - 1))); do
+  dump=$(ls "$LOGS"/loom-trace-*-rank"$rank".json 2>/dev/null | head -1)
+  if [[ -z $dump ]]; then
+    echo "rank $rank: no trace dump in LOOM_TRACE_DIR"
+    status=1
+    continue
+  fi
+  off=$(grep -o '"clockOffsetNs":-\{0,1\}[0-9]*' "$dump" | cut -d: -f2)
+  err=$(grep -o '"clockErrorNs":[0-9]*' "$dump" | cut -d: -f2)
+  echo "rank $rank: clock offset to rank 0 ${off} ns, error bound ${err} ns"
+  if ((rank < 2)); then
+    ((off == 0 && err == 0)) || { echo "rank $rank: rank 0's host must have offset 0"; status=1; }
+  elif ((err <= 0 || err > 5000000 || (off < 0 ? -off : off) > err)); then
+    echo "rank $rank: offset ${off} ns is not within its error bound ${err} ns (true offset 0)"
+    status=1
+  fi
+done
+
 for rank in $(seq 0 $((NRANKS - 1))); do
   echo "---- rank $rank ----"
   tail -n 40 "$LOGS/rank$rank.log"
