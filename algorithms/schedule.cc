@@ -128,4 +128,56 @@ Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inP
   return Schedule{};
 }
 
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::Ring: return "ring";
+    case Algo::Tree: return "tree";
+    case Algo::Rhd: return "rhd";
+    case Algo::Hier: return "hier";
+    case Algo::Chain: return "chain";
+    case Algo::Direct: return "direct";
+  }
+  return "?";
+}
+
+bool parseAlgo(const std::string& name, Algo* out) {
+  std::string lower;
+  for (char ch : name) lower += static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  for (int i = 0; i < kNumAlgos; ++i) {
+    if (lower == algoName(static_cast<Algo>(i))) {
+      *out = static_cast<Algo>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool algoBuilds(Algo a, Coll coll) {
+  switch (a) {
+    case Algo::Ring:
+      return coll == Coll::AllReduce || coll == Coll::AllGather || coll == Coll::ReduceScatter;
+    case Algo::Tree:
+    case Algo::Hier: return coll == Coll::AllReduce;
+    case Algo::Rhd: return coll == Coll::AllReduce || coll == Coll::AllGather;
+    case Algo::Chain: return coll == Coll::Broadcast || coll == Coll::Reduce;
+    case Algo::Direct: return coll == Coll::AllToAll;
+  }
+  return false;
+}
+
+Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, bool inPlace,
+               const std::vector<int>& hostOf) {
+  if (algoBuilds(a, coll)) {
+    switch (a) {
+      case Algo::Tree: return buildTreeAllReduce(rank, nranks, count, hostOf);
+      case Algo::Hier: return buildHierAllReduce(rank, nranks, count, hostOf);
+      case Algo::Rhd:
+        return coll == Coll::AllReduce ? buildRhdAllReduce(rank, nranks, count)
+                                       : buildRhdAllGather(rank, nranks, count);
+      default: break;
+    }
+  }
+  return build(coll, rank, nranks, root, count, inPlace);
+}
+
 }  // namespace loom::algo

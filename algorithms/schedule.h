@@ -109,4 +109,38 @@ Schedule buildDirectAllToAll(int rank, int nranks, size_t count);
 // Dispatches on coll (root ignored where meaningless).
 Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inPlace);
 
+// Host layouts: hostOf[r] names rank r's host; ranks with equal values share
+// a host (the values need not be dense or sorted).
+//
+// Double binary tree all-reduce (tree.cc). With an empty hostOf every rank is
+// a node of both trees; with a layout of two or more hosts the ranks of a
+// host form a chain and the trees join hosts.
+Schedule buildTreeAllReduce(int rank, int nranks, size_t count,
+                            const std::vector<int>& hostOf = {});
+// Recursive halving-doubling (rhd.cc): any rank count (non-powers of two fold
+// the first ranks onto their successors). Reduce-scatter has no rhd form: the
+// halving keeps partial sums of other ranks' blocks, and a reduce-scatter's
+// receive buffer holds only this rank's block (the IR has no scratch buffer).
+Schedule buildRhdAllReduce(int rank, int nranks, size_t count);
+Schedule buildRhdAllGather(int rank, int nranks, size_t count);
+// Hierarchical all-reduce (hier.cc): reduce-scatter in each host, ring
+// all-reduce of matching slices across hosts, all-gather in each host; hosts
+// may hold different numbers of ranks. An empty hostOf is one host.
+Schedule buildHierAllReduce(int rank, int nranks, size_t count, const std::vector<int>& hostOf);
+
+// Algorithms by name, as LOOM_ALGO and the tuner know them. Direct all-reduce
+// is the shared-memory path of src/exec (no schedule); direct all-to-all is
+// buildDirectAllToAll.
+enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct };
+constexpr int kNumAlgos = 6;
+const char* algoName(Algo a);
+// Parses a name (case-insensitive); false if unknown.
+bool parseAlgo(const std::string& name, Algo* out);
+// Whether build(a, coll, ...) below has a builder for coll.
+bool algoBuilds(Algo a, Coll coll);
+// Builds algorithm a's schedule for coll; falls back to build(coll, ...)
+// where a has no builder for coll.
+Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, bool inPlace,
+               const std::vector<int>& hostOf);
+
 }  // namespace loom::algo

@@ -59,6 +59,14 @@ class Connection {
   // Attaches `stamp` to the next slot posted (else it carries no news).
   virtual void stampNext(const Stamp& stamp) = 0;
 
+  // Sending straight from the caller's memory, where the transport copies anyway (TCP: the
+  // socket takes the bytes from there, saving the copy into a slot). postSendFrom() publishes
+  // `bytes` at `data` as the next slot when trySendSlot() would give one (else returns false);
+  // the memory must stay unchanged until no pending send overlaps it (sendOverlaps()).
+  virtual bool sendsFromUser() const { return false; }
+  virtual bool postSendFrom(const void* data, size_t bytes) { return false; }
+  virtual bool sendOverlaps(const void* data, size_t bytes) const { return false; }
+
   // Receive side. The next posted slot and its size, or nullptr if none yet.
   virtual const void* tryRecvSlot(size_t* bytes) = 0;
   // The stamp of the slot tryRecvSlot() returned (seq 0 when none).

@@ -6,9 +6,12 @@
 // deadlock), then its collectives run in call order. Calls on several
 // communicators (loomCommInitAll's ranks) run on one thread each, so one
 // thread can drive every rank of the process.
+#include <algorithm>
 #include <map>
 #include <thread>
+#include <tuple>
 
+#include "algorithms/cost.h"
 #include "api/api.h"
 #include "exec/executor.h"
 #include "exec/shm_direct.h"
@@ -65,6 +68,112 @@ void dumpSchedule(const algo::Schedule& s) {
   }
 }
 
+// ---- Tuner ----
+//
+// Per (collective, size) the tuner picks among the algorithms valid for the
+// communicator: direct (all-reduce with every rank on this host: no FIFO hop,
+// each byte reduced once; the default wherever it exists), ring, tree, rhd,
+// hier (ranks on more than one host), chain (broadcast, reduce) and direct
+// all-to-all. LOOM_ALGO narrows the candidates (algo::parseSelection); among
+// several, the cost model's prediction for this communicator's host layout
+// decides. Decisions are cached per layout, collective and power-of-two size.
+
+const algo::Selection& selectionFrom(const std::string& text, const char* variable,
+                                     const std::vector<std::string>& names) {
+  static std::mutex m;
+  static std::map<std::string, algo::Selection> parsed;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = parsed.find(variable);
+  if (it != parsed.end()) return it->second;
+  Result<algo::Selection> r = algo::parseSelection(text, variable, names);
+  if (!r.isOk()) {
+    LOOM_WARN(kTune, "%s; ignoring it", r.status().message().c_str());
+    return parsed.emplace(variable, algo::Selection()).first->second;
+  }
+  return parsed.emplace(variable, r.take()).first->second;
+}
+
+const algo::Selection& algoSelection() {
+  return selectionFrom(env::algo(), "LOOM_ALGO", algo::algoNames());
+}
+const algo::Selection& protoSelection() {
+  return selectionFrom(env::proto(), "LOOM_PROTO", algo::protoNames());
+}
+
+// hostOf[r]: an index per distinct host identity, in order of first appearance.
+std::vector<int> hostLayout(const Comm& comm) {
+  std::vector<std::string> seen;
+  std::vector<int> hostOf;
+  for (int r = 0; r < comm.nranks(); ++r) {
+    const std::string& h = comm.peer(r).host;
+    auto it = std::find(seen.begin(), seen.end(), h);
+    if (it == seen.end()) it = seen.insert(seen.end(), h);
+    hostOf.push_back(static_cast<int>(it - seen.begin()));
+  }
+  return hostOf;
+}
+
+algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t elemSize,
+                      const std::vector<int>& hostOf) {
+  using algo::Algo;
+  const algo::Selection& sel = algoSelection();
+  const int ci = static_cast<int>(coll);
+  const bool multiHost = std::any_of(hostOf.begin(), hostOf.end(), [](int h) { return h != 0; });
+  std::vector<Algo> all;
+  switch (coll) {
+    case algo::Coll::AllReduce:
+      if (comm.hasDirect()) all.push_back(Algo::Direct);
+      all.insert(all.end(), {Algo::Ring, Algo::Tree, Algo::Rhd});
+      // On one host hier is a direct reduce-scatter and all-gather: only when asked for.
+      if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Hier))))
+        all.push_back(Algo::Hier);
+      break;
+    case algo::Coll::AllGather: all = {Algo::Ring, Algo::Rhd}; break;
+    case algo::Coll::ReduceScatter: all = {Algo::Ring}; break;
+    case algo::Coll::Broadcast:
+    case algo::Coll::Reduce: all = {Algo::Chain}; break;
+    case algo::Coll::AllToAll: all = {Algo::Direct}; break;
+  }
+  std::vector<Algo> cands;
+  for (Algo a : all)
+    if (sel.allows(coll, static_cast<int>(a))) cands.push_back(a);
+  if (cands.empty()) cands = all;  // LOOM_ALGO names nothing valid here: the tuner picks
+  if (cands.size() == 1) return cands[0];
+  if (cands[0] == Algo::Direct) return Algo::Direct;  // the fastest on one host
+  const size_t bytes = count * elemSize;
+  int bucket = 0;
+  while (bucket < 63 && (size_t{1} << bucket) < bytes) ++bucket;
+  using Key = std::tuple<int, int, size_t, std::vector<Algo>, bool, std::vector<int>>;
+  const Key key{ci, bucket, elemSize, cands, env::shmDisable(), hostOf};
+  static std::mutex m;
+  static std::map<Key, Algo> cache;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  algo::CostModel model = algo::defaultCostModel();
+  model.slotBytes = static_cast<size_t>(std::max<int64_t>(env::slotBytes(), 64));
+  algo::LinkMap links;
+  links.hostOf = hostOf;
+  links.intra = env::shmDisable() ? algo::Link::Tcp : algo::Link::Shm;
+  links.inter = algo::Link::Tcp;
+  Algo best = cands[0];
+  double bestUs = 0;
+  for (Algo a : cands) {
+    const double us = algo::estimateUs(a, coll, comm.nranks(), count, elemSize, model, links);
+    LOOM_INFO(kTune, "%s of %zu bytes: %s predicted %.1f us", algo::collName(coll), bytes,
+              algo::algoName(a), us);
+    if (a == cands[0] || us < bestUs) {
+      best = a;
+      bestUs = us;
+    }
+  }
+  std::lock_guard<std::mutex> lock(m);
+  cache.emplace(key, best);
+  return best;
+}
+
 Status runCollective(Comm& comm, const Call& c) {
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
@@ -77,9 +186,10 @@ Status runCollective(Comm& comm, const Call& c) {
   trace::FlightRecorder& rec = comm.recorder();
   op.record = rec.begin(op.seq, op.name, c.count, c.dtype, c.op, c.root);
   Status s;
-  // Tuner: on one host the direct all-reduce beats the ring at every size
-  // (no FIFO hop, each byte reduced once); LOOM_ALGO=ring forces the ring.
-  if (c.coll == algo::Coll::AllReduce && comm.hasDirect() && env::algo() != "ring") {
+  (void)protoSelection();  // warns once about invalid LOOM_PROTO text
+  const std::vector<int> hostOf = hostLayout(comm);
+  const algo::Algo chosen = chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
+  if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
     const size_t bytes = c.count * op.elemSize;
     const bool symmetric = bytes <= static_cast<size_t>(env::directSymMax());
     if (op.record != nullptr) {
@@ -88,8 +198,8 @@ Status runCollective(Comm& comm, const Call& c) {
     }
     s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
   } else {
-    algo::Schedule sched = algo::build(c.coll, comm.rank(), comm.nranks(), c.root, c.count,
-                                       isInPlace(comm, c, op.elemSize));
+    algo::Schedule sched = algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root,
+                                       c.count, isInPlace(comm, c, op.elemSize), hostOf);
     dumpSchedule(sched);
     if (op.record != nullptr) {
       op.record->algorithm = sched.algorithm;

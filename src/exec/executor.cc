@@ -175,18 +175,32 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
         }
         void* out = nullptr;
         transport::Connection* sc = nullptr;
+        // Where the bytes to send end up in the user's buffers anyway (a plain send, or the
+        // result this step writes to dst), a transport that copies regardless (TCP) sends
+        // them from there rather than from a slot.
+        bool fromUser = false;
         if (algo::stepSends(st.op)) {
           sc = comm.conn(st.sendPeer);
+          fromUser = sc->sendsFromUser() &&
+                     ((st.op == StepOp::Send && !transforms(red, st.flags)) ||
+                      st.op == StepOp::RecvReduceCopySend || st.op == StepOp::RecvCopySend);
           LOOM_CHECK(waiter.until(sc, true, [&] { return (out = sc->trySendSlot()) != nullptr; },
                                   [&] { return "sending, " + stepText(st, i, steps.size(), p, pieces[i]); }));
         }
         const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
         char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
+        // Bytes still being sent from the user's buffers must not change under the socket.
+        if (dst != nullptr)
+          for (transport::Connection* c : comm.netConns())
+            if (c->sendOverlaps(dst, bytes))
+              LOOM_CHECK(waiter.until(c, true, [&] { return !c->sendOverlaps(dst, bytes); },
+                                      [&] { return "sending from a buffer about to be written, " +
+                                                   stepText(st, i, steps.size(), p, pieces[i]); }));
         switch (st.op) {
           case StepOp::Send:
             if (transforms(red, st.flags))
               kernels::reduce(red, out, nullptr, src, len, st.flags);
-            else
+            else if (!fromUser)
               std::memcpy(out, src, bytes);
             break;
           case StepOp::Recv:
@@ -200,11 +214,11 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
             break;
           case StepOp::RecvReduceCopySend:
             kernels::reduce(red, dst, in, src, len, st.flags);
-            std::memcpy(out, dst, bytes);
+            if (!fromUser) std::memcpy(out, dst, bytes);
             break;
           case StepOp::RecvCopySend:
             std::memcpy(dst, in, bytes);
-            std::memcpy(out, in, bytes);
+            if (!fromUser) std::memcpy(out, in, bytes);
             break;
           case StepOp::Copy:
             if (transforms(red, st.flags))
@@ -215,7 +229,10 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
         }
         if (sc != nullptr) {
           if (news != nullptr) news->stampIfNew(sc, st.sendPeer);
-          sc->postSend(bytes);
+          if (fromUser)
+            sc->postSendFrom(st.op == StepOp::Send ? src : dst, bytes);
+          else
+            sc->postSend(bytes);
         }
         if (rc != nullptr) rc->releaseRecv();
       }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -108,6 +109,33 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                                   (info.param.shm ? "shm" : "tcp") +
                                   (*info.param.algo ? std::string("_") + info.param.algo : "");
                          });
+
+// Every new builder forced by LOOM_ALGO on 2, 3, 4, 5 and 8 ranks, over shared
+// memory and TCP; each rank checks every case against the scalar reference.
+// All ranks share this host, so hier runs its one-host form here (direct
+// reduce-scatter and all-gather in the host); its cross-host phase runs in
+// the verifier's sweeps over host layouts.
+std::vector<Config> forcedConfigs() {
+  std::vector<Config> out;
+  for (const char* algo : {"tree", "rhd", "hier"})
+    for (bool shm : {true, false})
+      for (int n : {2, 3, 4, 5, 8}) out.push_back(Config{n, shm, algo});
+  // Per-collective and exclusion forms of the syntax.
+  out.push_back(Config{5, false, "allreduce:rhd;allgather:rhd"});
+  out.push_back(Config{4, true, "^direct,ring"});
+  return out;
+}
+
+std::string configName(const ::testing::TestParamInfo<Config>& info) {
+  std::string algo;
+  for (const char* p = info.param.algo; *p; ++p)
+    algo += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+  return std::to_string(info.param.nranks) + "ranks_" + (info.param.shm ? "shm" : "tcp") + "_" +
+         algo;
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, CollectivesTest, ::testing::ValuesIn(forcedConfigs()),
+                         configName);
 
 // The parent (here a launcher process) calls loomGetUniqueId before forking,
 // so the rendezvous root runs as a thread of that process; no LOOM_COMM_ID.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -127,6 +128,155 @@ INSTANTIATE_TEST_SUITE_P(OutOfPlaceOnly, BuilderSweep,
                                             ::testing::ValuesIn(rankCounts()),
                                             ::testing::Values(false)),
                          sweepName);
+
+// ---------------------------------------------------------------------------
+// The tree, recursive halving-doubling and hierarchical builders, over the
+// same rank counts, in and out of place, and over host layouts.
+
+// Host layouts for n ranks: one host; 2, 4 and 16 equal hosts (as equal as n
+// allows); two unequal ones (a small first host, and ranks dealt round-robin
+// onto 3 hosts with the last host getting one extra rank block).
+std::vector<std::pair<std::string, std::vector<int>>> layoutsFor(int n) {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  auto make = [n](const std::function<int(int)>& f) {
+    std::vector<int> h(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) h[static_cast<size_t>(r)] = f(r);
+    return h;
+  };
+  out.emplace_back("1host", make([](int) { return 0; }));
+  for (int hosts : {2, 4, 16})
+    if (n >= hosts) out.emplace_back(std::to_string(hosts) + "hosts", make([=](int r) {
+                                       return r * hosts / n;
+                                     }));
+  if (n >= 3) {
+    out.emplace_back("unequal_small_first", make([n](int r) { return r < n / 4 + 1 ? 7 : 3; }));
+    out.emplace_back("unequal_interleaved", make([n](int r) { return r % 3 == 2 && r > n / 2 ? 9 : r % 3; }));
+  }
+  return out;
+}
+
+std::vector<size_t> layoutCountsFor(int n, bool quadratic) {
+  const size_t wide = 2 * static_cast<size_t>(n) + 1;
+  if (n > 64) return quadratic ? std::vector<size_t>{1, 7} : std::vector<size_t>{0, 1, 7, wide};
+  std::vector<size_t> counts = {0, 1, 7, static_cast<size_t>(n > 2 ? n - 1 : 1), wide};
+  if (n <= 16) counts.push_back(1023);
+  return counts;
+}
+
+enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier };
+
+const char* builderName(Builder b) {
+  switch (b) {
+    case Builder::Tree: return "tree";
+    case Builder::TreeHosts: return "tree_hosts";
+    case Builder::RhdAllReduce: return "rhd_allreduce";
+    case Builder::RhdAllGather: return "rhd_allgather";
+    case Builder::Hier: return "hier";
+  }
+  return "?";
+}
+
+// The hierarchical all-reduce runs a ring across hosts, which needs two slots
+// per pair (see verifier_test.cc); the others move with one.
+size_t minDepth(Builder b) { return b == Builder::Hier ? 2 : 1; }
+
+Schedule buildOne(Builder b, int r, int n, size_t count, const std::vector<int>& hosts) {
+  switch (b) {
+    case Builder::Tree: return buildTreeAllReduce(r, n, count);
+    case Builder::TreeHosts: return buildTreeAllReduce(r, n, count, hosts);
+    case Builder::RhdAllReduce: return buildRhdAllReduce(r, n, count);
+    case Builder::RhdAllGather: return buildRhdAllGather(r, n, count);
+    case Builder::Hier: return buildHierAllReduce(r, n, count, hosts);
+  }
+  return Schedule{};
+}
+
+class NewBuilderSweep : public ::testing::TestWithParam<std::tuple<Builder, int, bool>> {};
+
+TEST_P(NewBuilderSweep, Verifies) {
+  const auto [b, n, inPlace] = GetParam();
+  const bool usesHosts = b == Builder::TreeHosts || b == Builder::Hier;
+  auto layouts = usesHosts ? layoutsFor(n) : decltype(layoutsFor(n)){{"none", {}}};
+  for (const auto& [lname, hosts] : layouts) {
+    for (size_t count : layoutCountsFor(n, b == Builder::RhdAllGather)) {
+      std::vector<Schedule> s;
+      for (int r = 0; r < n; ++r) s.push_back(buildOne(b, r, n, count, hosts));
+      for (size_t slot : {size_t{16}, size_t{4096}}) {
+        for (size_t depth : {minDepth(b), size_t{4}}) {
+          if (n > 16 && depth == 4 && slot == 4096) continue;
+          if (n > 64 && depth == 4) continue;
+          VerifyOptions o;
+          o.slotBytes = slot;
+          o.fifoDepth = depth;
+          o.inPlace = inPlace;
+          VerifyResult r = verify(s, o);
+          ASSERT_TRUE(r.ok) << builderName(b) << " nranks=" << n << " layout=" << lname
+                            << " count=" << count << " slotBytes=" << slot
+                            << " fifoDepth=" << depth << " inPlace=" << inPlace << ": " << r.error;
+          if (count > 0 && n > 1 && lname != "1host") {
+            EXPECT_GT(r.messages, 0u);
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string newSweepName(const ::testing::TestParamInfo<NewBuilderSweep::ParamType>& info) {
+  const auto [b, n, inPlace] = info.param;
+  return std::string(builderName(b)) + "_n" + std::to_string(n) + (inPlace ? "_inplace" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, NewBuilderSweep,
+    ::testing::Combine(::testing::Values(Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
+                                         Builder::RhdAllGather, Builder::Hier),
+                       ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
+    newSweepName);
+
+// Every single change to a step of the new builders' schedules is caught.
+TEST(VerifierTest, NewBuildersEveryMutationFails) {
+  for (Builder b : {Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
+                    Builder::RhdAllGather, Builder::Hier}) {
+    for (int n : {2, 3, 5, 6}) {
+      std::vector<int> hosts;
+      for (int r = 0; r < n; ++r) hosts.push_back(r < 2 ? 0 : 1);
+      std::vector<Schedule> good;
+      for (int r = 0; r < n; ++r) good.push_back(buildOne(b, r, n, 7, hosts));
+      VerifyOptions o;
+      o.fifoDepth = minDepth(b);
+      ASSERT_TRUE(verify(good, o).ok) << builderName(b) << " n=" << n;
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < good[r].channels[0].size(); ++i) {
+          const Step& st = good[r].channels[0][i];
+          std::vector<std::pair<std::string, Step>> muts;
+          Step m = st;
+          m.count = st.count - 1;
+          muts.emplace_back("count-1", m);
+          m = st;
+          m.flags ^= kPost;
+          muts.emplace_back("toggle kPost", m);
+          if (st.flags & kPre) {
+            m = st;
+            m.flags &= ~kPre;
+            muts.emplace_back("drop kPre", m);
+          }
+          if (st.sendPeer >= 0 && n > 2) {
+            m = st;
+            m.sendPeer = (st.sendPeer + 1) % n == r ? (r + 1) % n : (st.sendPeer + 1) % n;
+            muts.emplace_back("other sendPeer", m);
+          }
+          for (const auto& [what, step] : muts) {
+            std::vector<Schedule> bad = good;
+            bad[r].channels[0][i] = step;
+            EXPECT_FALSE(verify(bad, o).ok) << builderName(b) << " n=" << n << " rank " << r
+                                            << " step " << i << ": " << what << " was not caught";
+          }
+        }
+      }
+    }
+  }
+}
 
 TEST(VerifierTest, RingDeadlocksWithOneSlot) {
   for (Coll coll : {Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter}) {

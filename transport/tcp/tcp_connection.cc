@@ -32,7 +32,8 @@ TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
       sendSizes_(depth),
       recvSizes_(depth),
       sendStamps_(depth),
-      recvStamps_(depth) {}
+      recvStamps_(depth),
+      sendFrom_(depth, nullptr) {}
 
 TcpConnection::~TcpConnection() {
   if (fd_ >= 0) close(fd_);
@@ -46,8 +47,25 @@ void* TcpConnection::trySendSlot() {
 void TcpConnection::postSend(size_t bytes) {
   sendSizes_[posted_ % depth_] = static_cast<uint32_t>(bytes);
   sendStamps_[posted_ % depth_] = next_;
+  sendFrom_[posted_ % depth_] = nullptr;
   next_.seq = 0;
   ++posted_;
+}
+
+bool TcpConnection::postSendFrom(const void* data, size_t bytes) {
+  if (posted_ - sent_ >= depth_) return false;
+  postSend(bytes);
+  sendFrom_[(posted_ - 1) % depth_] = static_cast<const char*>(data);
+  return true;
+}
+
+bool TcpConnection::sendOverlaps(const void* data, size_t bytes) const {
+  const char* lo = static_cast<const char*>(data);
+  for (uint64_t i = sent_; i != posted_; ++i) {
+    const char* from = sendFrom_[i % depth_];
+    if (from != nullptr && from < lo + bytes && lo < from + sendSizes_[i % depth_]) return true;
+  }
+  return false;
 }
 
 const void* TcpConnection::tryRecvSlot(size_t* bytes) {
@@ -71,13 +89,14 @@ Status TcpConnection::progress() {
   while (sent_ != posted_) {
     const uint32_t size = sendSizes_[sent_ % depth_];
     FrameHeader h{size, 0, sendStamps_[sent_ % depth_]};
+    const char* body = sendFrom_[sent_ % depth_] ? sendFrom_[sent_ % depth_] : sendSlotPtr(sent_);
     iovec iov[2];
     int n = 0;
     if (sentBytes_ < kHeader) {
       iov[n++] = {reinterpret_cast<char*>(&h) + sentBytes_, kHeader - sentBytes_};
-      iov[n++] = {sendSlotPtr(sent_), size};
+      iov[n++] = {const_cast<char*>(body), size};
     } else {
-      iov[n++] = {sendSlotPtr(sent_) + (sentBytes_ - kHeader), size - (sentBytes_ - kHeader)};
+      iov[n++] = {const_cast<char*>(body) + (sentBytes_ - kHeader), size - (sentBytes_ - kHeader)};
     }
     msghdr msg{};
     msg.msg_iov = iov;

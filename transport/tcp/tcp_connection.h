@@ -29,6 +29,9 @@ class TcpConnection final : public Connection {
   void* trySendSlot() override;
   void postSend(size_t bytes) override;
   void stampNext(const Stamp& stamp) override { next_ = stamp; }
+  bool sendsFromUser() const override { return true; }
+  bool postSendFrom(const void* data, size_t bytes) override;
+  bool sendOverlaps(const void* data, size_t bytes) const override;
   const void* tryRecvSlot(size_t* bytes) override;
   Stamp recvStamp() const override { return recvStamps_[consumed_ % depth_]; }
   void releaseRecv() override;
@@ -54,6 +57,7 @@ class TcpConnection final : public Connection {
   std::vector<char> sendBuf_, recvBuf_;
   std::vector<uint32_t> sendSizes_, recvSizes_;
   std::vector<Stamp> sendStamps_, recvStamps_;
+  std::vector<const char*> sendFrom_;  // per send slot: the caller's bytes, or null (the slot)
   Stamp next_;  // for the next slot posted
   uint64_t posted_ = 0, sent_ = 0;        // send FIFO: posted, fully written
   size_t sentBytes_ = 0;                  // of frame sent_ (header included)

@@ -1,0 +1,314 @@
+#include "algorithms/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <unordered_map>
+
+namespace loom::algo {
+
+const char* linkName(Link l) {
+  switch (l) {
+    case Link::Shm: return "shm";
+    case Link::Tcp: return "tcp";
+    case Link::NvLink: return "nvlink";
+    case Link::Pcie: return "pcie";
+    case Link::Net: return "net";
+  }
+  return "?";
+}
+
+CostModel defaultCostModel() {
+  CostModel m;
+  auto set = [&m](Link l, double alphaUs, double gbPerS) {
+    m.links[static_cast<int>(l)] = {alphaUs, 1.0 / (gbPerS * 1e3)};  // 1 GB/s = 1e3 B/us
+  };
+  set(Link::Shm, 0.5, 10);
+  set(Link::Tcp, 25, 1.5);
+  set(Link::NvLink, 2, 150);
+  set(Link::Pcie, 3, 20);
+  set(Link::Net, 5, 12);
+  m.reduce_us_per_byte = 1.0 / 20e3;
+  return m;
+}
+
+Link LinkMap::between(int a, int b) const {
+  if (hostOf.empty()) return intra;
+  return hostOf[static_cast<size_t>(a)] == hostOf[static_cast<size_t>(b)] ? intra : inter;
+}
+
+int LinkMap::hosts() const {
+  std::vector<int> ids(hostOf);
+  std::sort(ids.begin(), ids.end());
+  return std::max<int>(1, static_cast<int>(std::unique(ids.begin(), ids.end()) - ids.begin()));
+}
+
+namespace {
+
+bool reduces(StepOp op) {
+  return op == StepOp::RecvReduceSend || op == StepOp::RecvReduceCopy ||
+         op == StepOp::RecvReduceCopySend;
+}
+
+// One rank's run through its schedule on its own clock.
+struct RankRun {
+  std::vector<std::pair<uint32_t, uint32_t>> order;  // (step, piece), round-major per channel
+  std::vector<uint32_t> channelOf;                   // per order entry
+  std::vector<std::vector<size_t>> pieces;           // per channel, per step
+  size_t pos = 0;
+  double clock = 0;
+  bool queued = false;
+};
+
+}  // namespace
+
+double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const CostModel& model,
+                 const LinkMap& links) {
+  const int n = static_cast<int>(schedules.size());
+  std::vector<RankRun> runs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    RankRun& run = runs[static_cast<size_t>(r)];
+    const Schedule& s = schedules[static_cast<size_t>(r)];
+    run.pieces.resize(s.channels.size());
+    for (size_t c = 0; c < s.channels.size(); ++c) {
+      const auto& steps = s.channels[c];
+      size_t rounds = 0;
+      for (const Step& st : steps) {
+        size_t p = std::min(numPieces(st.count, elemSize, model.slotBytes), kMaxSimulatedPieces);
+        run.pieces[c].push_back(p);
+        rounds = std::max(rounds, p);
+      }
+      for (size_t p = 0; p < rounds; ++p)
+        for (size_t i = 0; i < steps.size(); ++i)
+          if (p < run.pieces[c][i]) {
+            run.order.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(p));
+            run.channelOf.push_back(static_cast<uint32_t>(c));
+          }
+    }
+  }
+  // Arrival times of pieces in flight, per (channel, from, to).
+  std::unordered_map<uint64_t, std::deque<double>> fifos;
+  auto key = [n](size_t c, int from, int to) {
+    return (static_cast<uint64_t>(c) * n + static_cast<uint64_t>(from)) * n +
+           static_cast<uint64_t>(to);
+  };
+  std::deque<int> queue;
+  auto enqueue = [&](int r) {
+    RankRun& run = runs[static_cast<size_t>(r)];
+    if (!run.queued && run.pos < run.order.size()) {
+      run.queued = true;
+      queue.push_back(r);
+    }
+  };
+  for (int r = 0; r < n; ++r) enqueue(r);
+  while (!queue.empty()) {
+    const int r = queue.front();
+    queue.pop_front();
+    RankRun& run = runs[static_cast<size_t>(r)];
+    run.queued = false;
+    while (run.pos < run.order.size()) {
+      const auto [i, p] = run.order[run.pos];
+      const size_t c = run.channelOf[run.pos];
+      const Step& st = schedules[static_cast<size_t>(r)].channels[c][i];
+      size_t start, len;
+      pieceRange(st.count, run.pieces[c][i], p, &start, &len);
+      const double bytes = static_cast<double>(len * elemSize);
+      if (stepRecvs(st.op)) {
+        auto it = fifos.find(key(c, st.recvPeer, r));
+        if (it == fifos.end() || it->second.empty()) break;  // wait for the sender
+        run.clock = std::max(run.clock, it->second.front());
+        it->second.pop_front();
+        enqueue(st.recvPeer);
+      }
+      if (reduces(st.op) || st.op == StepOp::Copy) run.clock += bytes * model.reduce_us_per_byte;
+      if (stepSends(st.op)) {
+        const LinkCost& lc = model.link(links.between(r, st.sendPeer));
+        run.clock += bytes * lc.beta_us_per_byte;
+        fifos[key(c, r, st.sendPeer)].push_back(run.clock + lc.alpha_us);
+        enqueue(st.sendPeer);
+      }
+      ++run.pos;
+    }
+  }
+  double end = 0;
+  for (const RankRun& run : runs) {
+    if (run.pos < run.order.size()) return std::numeric_limits<double>::infinity();
+    end = std::max(end, run.clock);
+  }
+  return end;
+}
+
+double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
+                    const CostModel& model, const LinkMap& links) {
+  const double n = nranks;
+  if (nranks <= 1) return static_cast<double>(count * elemSize) * model.reduce_us_per_byte;
+  const int hosts = links.hosts();
+  const LinkCost& worst = model.link(hosts > 1 ? links.inter : links.intra);
+  const LinkCost& local = model.link(links.intra);
+  const double al = worst.alpha_us, be = worst.beta_us_per_byte, red = model.reduce_us_per_byte;
+  const double perRank = static_cast<double>(count * elemSize);
+  // The buffer a rank reduces or receives in all: count for all-reduce,
+  // broadcast and reduce, n blocks of count for the others.
+  const bool blocks = coll == Coll::AllGather || coll == Coll::ReduceScatter ||
+                      coll == Coll::AllToAll;
+  const double S = blocks ? perRank * n : perRank;
+  const double logn = std::ceil(std::log2(n));
+  const double slot = static_cast<double>(model.slotBytes);
+  switch (a) {
+    case Algo::Ring:
+      if (coll == Coll::AllReduce) return 2 * (n - 1) * (al + S / n * be) + (n - 1) / n * S * red;
+      return (n - 1) * (al + S / n * be) + (coll == Coll::ReduceScatter ? (n - 1) / n * S * red : 0);
+    case Algo::Tree: {
+      // Round-major: each round carries a piece of each half up and down.
+      const double half = S / 2, rounds = std::max(1.0, std::ceil(half / slot));
+      return rounds * 2 * logn * (al + std::min(half, slot) * be) + S * red;
+    }
+    case Algo::Rhd: {
+      const double pow2 = std::exp2(std::floor(std::log2(n)));
+      const double fold = pow2 < n ? 2 * (al + S * be) : 0;
+      const double phases = coll == Coll::AllReduce ? 2 : 1;
+      return fold + phases * (std::log2(pow2) * al + (pow2 - 1) / pow2 * S * be) +
+             (coll == Coll::AllReduce ? S * red : 0);
+    }
+    case Algo::Hier: {
+      const double m = std::ceil(n / hosts), H = hosts;
+      const double intra = 2 * ((m - 1) * local.alpha_us + (m - 1) / m * S * local.beta_us_per_byte);
+      const double inter = H > 1 ? 2 * (H - 1) * (al + S / m / H * be) : 0;
+      return intra + inter + S * red;
+    }
+    case Algo::Chain:
+      return (n - 1) * al + (S + (n - 2) * std::min(S, slot)) * be + (coll == Coll::Reduce ? S * red : 0);
+    case Algo::Direct:
+      return (n - 1) * (al + S / n * be) + (coll == Coll::AllReduce ? S * red : 0);
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+double estimateUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
+                  const CostModel& model, const LinkMap& links) {
+  if (nranks > kSimulateMaxRanks || !algoBuilds(a, coll))
+    return closedFormUs(a, coll, nranks, count, elemSize, model, links);
+  std::vector<Schedule> s;
+  s.reserve(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r)
+    s.push_back(build(a, coll, r, nranks, 0, count, false, links.hostOf));
+  return predictUs(s, elemSize, model, links);
+}
+
+LinkCost fitLinkCost(const std::vector<CostSample>& samples) {
+  LinkCost out;
+  if (samples.empty()) return out;
+  const double k = static_cast<double>(samples.size());
+  double sx = 0, sy = 0;
+  for (const CostSample& s : samples) {
+    sx += s.bytes;
+    sy += s.us;
+  }
+  const double mx = sx / k, my = sy / k;
+  double sxx = 0, sxy = 0;
+  for (const CostSample& s : samples) {
+    sxx += (s.bytes - mx) * (s.bytes - mx);
+    sxy += (s.bytes - mx) * (s.us - my);
+  }
+  double beta = sxx > 0 ? sxy / sxx : 0;
+  if (beta < 0) beta = 0;
+  double alpha = my - beta * mx;
+  if (alpha < 0) alpha = 0;
+  out.alpha_us = alpha;
+  out.beta_us_per_byte = beta;
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// LOOM_ALGO / LOOM_PROTO
+
+Selection::Selection() {
+  for (int c = 0; c < kColls; ++c) {
+    allowed[c] = ~uint32_t{0};
+    restricted[c] = false;
+  }
+}
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s)
+    if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t at; (at = s.find(sep, from)) != std::string::npos; from = at + 1)
+    out.push_back(s.substr(from, at - from));
+  out.push_back(s.substr(from));
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& nm : names) out += (out.empty() ? "" : ", ") + nm;
+  return out;
+}
+
+}  // namespace
+
+Result<Selection> parseSelection(const std::string& text, const char* variable,
+                                 const std::vector<std::string>& names) {
+  Selection sel;
+  auto bad = [&](const std::string& why) {
+    return LOOM_ERROR(loomInvalidArgument, std::string(variable) + "=" + text + ": " + why);
+  };
+  if (trim(text).empty()) return sel;
+  for (const std::string& rawEntry : split(text, ';')) {
+    std::string entry = trim(rawEntry);
+    if (entry.empty()) continue;
+    int coll = -1;  // -1: every collective
+    const size_t colon = entry.find(':');
+    if (colon != std::string::npos) {
+      const std::string cn = lower(trim(entry.substr(0, colon)));
+      for (int c = 0; c < Selection::kColls; ++c)
+        if (cn == collName(static_cast<Coll>(c))) coll = c;
+      if (coll < 0)
+        return bad("unknown collective '" + cn +
+                   "' (known: allreduce, broadcast, reduce, allgather, reducescatter, alltoall)");
+      entry = trim(entry.substr(colon + 1));
+    }
+    const bool exclude = !entry.empty() && entry[0] == '^';
+    if (exclude) entry = entry.substr(1);
+    uint32_t mask = 0;
+    for (const std::string& rawName : split(entry, ',')) {
+      const std::string nm = lower(trim(rawName));
+      auto it = std::find_if(names.begin(), names.end(),
+                             [&](const std::string& k) { return lower(k) == nm; });
+      if (it == names.end())
+        return bad(nm.empty() ? std::string("empty name in a list")
+                              : "unknown name '" + nm + "' (known: " + joined(names) + ")");
+      mask |= uint32_t{1} << (it - names.begin());
+    }
+    if (exclude) mask = ~mask;
+    for (int c = 0; c < Selection::kColls; ++c) {
+      if (coll >= 0 && c != coll) continue;
+      sel.allowed[c] = mask;
+      sel.restricted[c] = true;
+    }
+  }
+  return sel;
+}
+
+std::vector<std::string> algoNames() {
+  std::vector<std::string> out;
+  for (int i = 0; i < kNumAlgos; ++i) out.push_back(algoName(static_cast<Algo>(i)));
+  return out;
+}
+
+std::vector<std::string> protoNames() { return {"ll", "simple"}; }
+
+}  // namespace loom::algo

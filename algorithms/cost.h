@@ -1,0 +1,106 @@
+// The cost model and the tuner's inputs.
+//
+// Every link type has an alpha-beta cost: a message of b bytes takes
+// alpha + b * beta from the moment its sender starts it to the moment its
+// receiver can use it, and keeps the sender busy for b * beta. The time of a
+// collective is predicted from the schedules themselves: predictUs() runs all
+// ranks' steps in the executor's order (channels in turn, pieces round-major,
+// a step's receive before its send) on a clock per rank, with the link type
+// between each pair from a host layout, and returns when the last rank ends.
+// FIFO depth is not modelled (a verified schedule does not deadlock; slot
+// back-pressure only delays). closedFormUs() gives the textbook formulas for
+// rank counts too large to simulate cheaply. fitLinkCost() calibrates a link
+// from measured (bytes, time) samples by least squares.
+//
+// parseSelection() reads LOOM_ALGO / LOOM_PROTO text: per collective, which
+// names are allowed. Everything here is a pure function; none does I/O.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "util/status.h"
+
+namespace loom::algo {
+
+enum class Link : uint8_t { Shm, Tcp, NvLink, Pcie, Net };
+constexpr int kNumLinks = 5;
+const char* linkName(Link l);
+
+struct LinkCost {
+  double alpha_us = 0;          // latency of one message
+  double beta_us_per_byte = 0;  // inverse bandwidth
+};
+
+struct CostModel {
+  LinkCost links[kNumLinks];
+  double reduce_us_per_byte = 0;  // combining a received byte with a local one
+  size_t slotBytes = 262144;      // the executor's piece (LOOM_SLOT_BYTES)
+  const LinkCost& link(Link l) const { return links[static_cast<int>(l)]; }
+};
+
+// Defaults for a CPU host: shared memory, TCP over 10-25 GbE, NVLink, PCIe,
+// and an RDMA network.
+CostModel defaultCostModel();
+
+// Which link joins two ranks: `intra` on one host, `inter` across hosts.
+struct LinkMap {
+  std::vector<int> hostOf;  // empty: every rank on one host
+  Link intra = Link::Shm;
+  Link inter = Link::Tcp;
+  Link between(int a, int b) const;
+  int hosts() const;  // distinct hosts (1 when hostOf is empty)
+};
+
+// Predicted time of one collective from every rank's schedule (schedules[r]
+// is rank r's). Steps are cut into pieces of model.slotBytes, at most
+// kMaxSimulatedPieces per step (beyond that the pieces grow). Returns +inf if
+// the ranks cannot all finish (an unmatched receive).
+constexpr size_t kMaxSimulatedPieces = 64;
+double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const CostModel& model,
+                 const LinkMap& links);
+
+// Textbook estimates: rounds of latency plus bytes over the slowest link used.
+double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
+                    const CostModel& model, const LinkMap& links);
+
+// Builds every rank's schedule and predicts it up to kSimulateMaxRanks ranks;
+// the closed form above that.
+constexpr int kSimulateMaxRanks = 32;
+double estimateUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
+                  const CostModel& model, const LinkMap& links);
+
+// Least-squares fit of time = alpha + beta * bytes. Fewer than two distinct
+// sizes give beta = 0 and alpha = the mean time; negative results clamp to 0.
+struct CostSample {
+  double bytes = 0;
+  double us = 0;
+};
+LinkCost fitLinkCost(const std::vector<CostSample>& samples);
+
+// Which names (algorithms or protocols) each collective may use.
+//   "ring,tree"                      every collective: ring or tree
+//   "allreduce:ring,tree;allgather:ring"  per collective; others unrestricted
+//   "^direct", "allreduce:^direct"   everything but direct
+// Names and collectives are case-insensitive; later entries override earlier
+// ones for the collectives they name.
+struct Selection {
+  static constexpr int kColls = 6;
+  uint32_t allowed[kColls];  // per Coll, bit i: names[i] allowed
+  bool restricted[kColls];   // whether the text said anything about Coll
+  Selection();
+  bool allows(Coll c, int nameIndex) const {
+    return (allowed[static_cast<int>(c)] >> nameIndex) & 1;
+  }
+};
+// `variable` names the setting in the error ("LOOM_ALGO=...: unknown ...").
+Result<Selection> parseSelection(const std::string& text, const char* variable,
+                                 const std::vector<std::string>& names);
+// The names LOOM_ALGO knows (algoName order) and LOOM_PROTO knows.
+std::vector<std::string> algoNames();
+std::vector<std::string> protoNames();  // "ll", "simple"
+
+}  // namespace loom::algo

@@ -1,0 +1,247 @@
+// loom-trace's reader on bad input (every error names the file; no other
+// exception escapes) and its writers: the text lines, the Chrome/Perfetto
+// events, and the HTML page's structure.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "analysis.h"
+#include "dump.h"
+#include "report.h"
+#include "synthetic_dumps.h"
+
+namespace loomtest {
+namespace {
+
+using namespace loom::tracetool;
+using nlohmann::json;
+
+// Three ranks, five all-reduces; rank 1 stops after seq 4 and rank 2 enters
+// every operation 1 ms after the others.
+std::vector<SynthRank> threeRanks() {
+  std::vector<SynthRank> ranks(3);
+  for (int q = 0; q < 3; ++q) {
+    SynthRank& r = ranks[static_cast<size_t>(q)];
+    r.rank = q;
+    r.nranks = 3;
+    for (uint64_t s = 1; s <= 5; ++s) {
+      SynthOp o;
+      o.seq = s;
+      o.enterNs = static_cast<int64_t>(s) * 10000000 + (q == 2 ? 1000000 : q * 1000);
+      o.endNs = static_cast<int64_t>(s) * 10000000 + 1500000;
+      r.ops.push_back(o);
+    }
+  }
+  ranks[1].ops.pop_back();
+  ranks[0].ops.back().state = ranks[2].ops.back().state = "failed";
+  return ranks;
+}
+
+std::string expectInputError(const std::string& text, const std::string& want) {
+  try {
+    parseDump(text, "/x/dump.json");
+  } catch (const TraceInputError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("/x/dump.json: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    return msg;
+  }
+  ADD_FAILURE() << "no error for: " << text;
+  return "";
+}
+
+TEST(TraceInput, MalformedDumpsNameTheFileAndTheField) {
+  const std::string good = toJson(threeRanks()[0]).dump();
+  expectInputError("{\"rank\":0,", "not valid JSON");
+  expectInputError("", "not valid JSON");
+  expectInputError(R"({"rank":0,"nranks":2,"ops":{}})", "\"ops\" must be an array");
+  expectInputError(R"({"rank":2,"nranks":2,"ops":[]})", "\"rank\" is 2, outside 0..1");
+  expectInputError(R"({"rank":0,"ops":[]})", "\"nranks\" is missing");
+  expectInputError(
+      R"({"rank":0,"nranks":1,"ops":[{"seq":"1","coll":"a","state":"s","enterNs":1}]})",
+      "ops[0]: \"seq\" must be an integer, not string");
+  expectInputError(R"({"rank":0,"nranks":1,"ops":[{"seq":1,"state":"s","enterNs":1}]})",
+                   "ops[0]: \"coll\" is missing");
+  expectInputError(
+      R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,"arrivals":[1]}]})",
+      "\"arrivals\" has 1 entries for 2 ranks");
+  expectInputError(R"({"rank":0,"nranks":1,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1},)"
+                   R"({"seq":1,"coll":"a","state":"s","enterNs":2}]})",
+                   "seq 1 appears twice");
+  expectInputError(R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,)"
+                   R"("arrivals":[[0,5],[2,6]]}]})",
+                   "\"arrivals\" names rank 2 of 2");
+  expectInputError(R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,)"
+                   R"("firstArrivalNs":[[1,5],7]}]})",
+                   "\"firstArrivalNs\" mixes [rank, time] pairs with other entries");
+  expectInputError(R"({"rank":0,"nranks":1,"clockOffsetNs":1.5,"ops":[]})",
+                   "\"clockOffsetNs\" must be an integer");
+  // Times so large that differences of two could overflow.
+  expectInputError(
+      R"({"rank":0,"nranks":1,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":9223372036854775807}]})",
+      "\"enterNs\" is 9223372036854775807, outside");
+  expectInputError(R"({"rank":0,"nranks":1,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,)"
+                   R"("arrivals":[[0,-9223372036854775807]]}]})",
+                   "\"arrivals\" holds a time out of range");
+  EXPECT_THROW(parseDump("[1,2]", "/x/dump.json"), NotADumpError);
+  // Empty lists: the pair form with no rank known.
+  RankDump d =
+      parseDump(R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,)"
+                R"("arrivals":[],"firstArrivalNs":[[1,9]]}]})",
+                "/x/dump.json");
+  EXPECT_EQ(d.ops[0].arrivals, (std::vector<MaybeNs>{std::nullopt, std::nullopt}));
+  EXPECT_EQ(d.ops[0].firstArrivalNs, (std::vector<MaybeNs>{std::nullopt, 9}));
+  EXPECT_NO_THROW(parseDump(good, "/x/dump.json"));
+}
+
+// Every prefix of a valid dump, and every single-byte corruption of it, is
+// either read or rejected with a TraceInputError: never another exception.
+TEST(TraceInput, TruncatedOrCorruptedDumpsNeverEscapeAsOtherErrors) {
+  const std::string good = toJson(threeRanks()[1]).dump();
+  for (size_t n = 0; n < good.size(); ++n) {
+    try {
+      parseDump(good.substr(0, n), "t.json");
+    } catch (const TraceInputError&) {
+    }
+  }
+  for (size_t i = 0; i < good.size(); i += 3) {
+    for (char c : {'"', '9', '-', '\xff', '{'}) {
+      std::string bad = good;
+      bad[i] = c;
+      try {
+        parseDump(bad, "t.json");
+      } catch (const TraceInputError&) {
+      }
+    }
+  }
+}
+
+TEST(TraceInput, FolderAndFileErrors) {
+  TempDir dir;
+  EXPECT_THROW(loadDumps({dir.path()}), TraceInputError);  // no dumps at all
+  EXPECT_THROW(loadDumps({dir.file("absent.json")}), TraceInputError);
+  std::vector<SynthRank> ranks = threeRanks();
+  dir.write(ranks[0]);
+  dir.write("report.json", R"({"traceEvents":[]})");  // not a dump: skipped in a folder
+  LoadResult res = loadDumps({dir.path()});
+  ASSERT_EQ(res.notes.size(), 1u);
+  EXPECT_NE(res.notes[0].find("report.json"), std::string::npos);
+  EXPECT_THROW(loadDumps({dir.file("report.json")}), NotADumpError);  // named outright: an error
+  ranks[1].nranks = 4;
+  dir.write(ranks[1]);
+  try {
+    loadDumps({dir.path()});
+    ADD_FAILURE() << "rank counts that disagree were accepted";
+  } catch (const TraceInputError& e) {
+    EXPECT_NE(std::string(e.what()).find("says 4 ranks"), std::string::npos) << e.what();
+  }
+}
+
+CommReport reportOf(const CommTrace& c) { return {&c, analyze(c)}; }
+
+TEST(TraceOutput, TextNamesTheStragglerAndTheMissingRank) {
+  TempDir dir;
+  for (const SynthRank& r : threeRanks()) dir.write(r);
+  LoadResult res = loadDumps({dir.path()});
+  std::ostringstream out;
+  writeText(out, {reportOf(res.comms[0])});
+  const std::string text = out.str();
+  EXPECT_NE(text.find("seq 5 allreduce: missing ranks: {1} (entered by {0,2})"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("slowest: rank 2, last in 4 of 4 operations"), std::string::npos) << text;
+  EXPECT_NE(text.find("Verdict: missing ranks (exit 3)"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1: last seq 4 allreduce completed"), std::string::npos) << text;
+}
+
+TEST(TraceOutput, TextShowsAMismatchRankByRank) {
+  std::vector<SynthRank> ranks = threeRanks();
+  ranks.resize(2);
+  for (SynthRank& r : ranks) r.nranks = 2;
+  ranks[1].ops[2].coll = "broadcast";
+  ranks[1].ops[2].root = 0;
+  TempDir dir;
+  for (const SynthRank& r : ranks) dir.write(r);
+  LoadResult res = loadDumps({dir.path()});
+  std::ostringstream out;
+  writeText(out, {reportOf(res.comms[0])});
+  EXPECT_NE(out.str().find("mismatch at seq 3: rank 0 allreduce count 1024 fp32 sum, rank 1 "
+                           "broadcast count 1024 fp32 root 0"),
+            std::string::npos)
+      << out.str();
+}
+
+TEST(TraceOutput, PerfettoHasATrackPerRankAndASlicePerOperation) {
+  TempDir dir;
+  std::vector<SynthRank> ranks = threeRanks();
+  for (const SynthRank& r : ranks) dir.write(r);
+  LoadResult res = loadDumps({dir.path()});
+  std::vector<CommReport> reports = {reportOf(res.comms[0])};
+  json doc = json::parse(perfettoJson(reports));
+  ASSERT_TRUE(doc["traceEvents"].is_array());
+  size_t slices = 0, arrivals = 0, threads = 0, missing = 0;
+  for (const json& e : doc["traceEvents"]) {
+    ASSERT_EQ(e["pid"], 1);
+    const std::string ph = e["ph"];
+    if (ph == "X") {
+      ++slices;
+      const int tid = e["tid"];
+      ASSERT_GE(tid, 1);
+      ASSERT_LE(tid, 3);
+      EXPECT_GE(e["ts"].get<double>(), 0.0);
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+      for (const char* k : {"seq", "count", "dtype", "algorithm", "lateness_us"})
+        EXPECT_TRUE(e["args"].contains(k)) << k;
+      // Rank 2 is 1 ms late in every operation that every rank entered.
+      if (tid == 3 && e["args"]["seq"] == 2) {
+        EXPECT_NEAR(e["args"]["lateness_us"], 1000.0, 1e-6);
+      }
+      if (e["args"]["seq"] == 5) {
+        EXPECT_TRUE(e["args"]["lateness_us"].is_null());
+      }
+    } else if (ph == "i") {
+      const std::string name = e["name"];
+      if (name.rfind("arrive #", 0) == 0) ++arrivals;
+      if (name == "never entered #5") ++missing;
+    } else if (ph == "M" && e["name"] == "thread_name") {
+      ++threads;
+    }
+  }
+  EXPECT_EQ(slices, 5u + 4u + 5u);
+  EXPECT_EQ(arrivals, 5u + 4u + 5u);
+  EXPECT_EQ(missing, 1u);
+  EXPECT_EQ(threads, 3u);
+}
+
+TEST(TraceOutput, HtmlIsSelfContainedWithHeatmapDataAndTable) {
+  std::vector<SynthRank> ranks = threeRanks();
+  for (SynthRank& r : ranks) r.comm = "evil</script><b>\"name";
+  TempDir dir;
+  for (const SynthRank& r : ranks) dir.write(r);
+  LoadResult res = loadDumps({dir.path()});
+  const std::string html = htmlReport({reportOf(res.comms[0])});
+  EXPECT_NE(html.find("id=\"heatmap\" data-ranks=\"3\" data-ops=\"5\""), std::string::npos);
+  EXPECT_NE(html.find("<table id=\"stragglers\""), std::string::npos);
+  EXPECT_NE(html.find("<tr data-rank=\"2\" class=\"top\">"), std::string::npos);
+  for (const char* net : {"http://", "https://", "<link", "src=", "@import"})
+    EXPECT_EQ(html.find(net), std::string::npos) << net;
+  // The communicator's name never closes a script early or opens a tag.
+  EXPECT_EQ(html.find("evil</script>"), std::string::npos);
+  EXPECT_EQ(html.find("<b>"), std::string::npos);
+  // The data block is valid JSON with one state per rank and operation.
+  const std::string open = "<script type=\"application/json\" id=\"loom-data\">";
+  size_t a = html.find(open);
+  ASSERT_NE(a, std::string::npos);
+  a += open.size();
+  size_t b = html.find("</script>", a);
+  json data = json::parse(html.substr(a, b - a));
+  const json& c = data["comms"][0];
+  EXPECT_EQ(c["heatmapId"], "heatmap");
+  EXPECT_EQ(c["seqs"].size(), 5u);
+  ASSERT_EQ(c["states"].size(), 3u);
+  EXPECT_EQ(c["states"][1], "ttttm");
+  EXPECT_EQ(c["late"][2][0], 1000000);
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,213 @@
+// The algorithm dispatcher, the cost model and the LOOM_ALGO / LOOM_PROTO
+// parser. (The verifier's sweeps over the tree, rhd and hier builders are in
+// verifier_test.cc, beside the ring's.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algorithms/cost.h"
+#include "algorithms/schedule.h"
+
+namespace loom::algo {
+namespace {
+
+// The dispatcher builds the named algorithm and falls back to the default
+// builder where the algorithm has none for the collective.
+TEST(AlgorithmsTest, DispatchByName) {
+  const std::vector<int> hosts = {0, 0, 1, 1};
+  EXPECT_STREQ(build(Algo::Tree, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "tree");
+  EXPECT_STREQ(build(Algo::Rhd, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
+  EXPECT_STREQ(build(Algo::Rhd, Coll::AllGather, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
+  EXPECT_STREQ(build(Algo::Hier, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "hier");
+  EXPECT_STREQ(build(Algo::Rhd, Coll::ReduceScatter, 0, 4, -1, 8, false, hosts).algorithm, "ring");
+  EXPECT_STREQ(build(Algo::Tree, Coll::Broadcast, 0, 4, 1, 8, false, hosts).algorithm, "chain");
+  EXPECT_FALSE(algoBuilds(Algo::Rhd, Coll::ReduceScatter));
+  Algo a;
+  EXPECT_TRUE(parseAlgo("RHD", &a));
+  EXPECT_EQ(a, Algo::Rhd);
+  EXPECT_FALSE(parseAlgo("nccl", &a));
+}
+
+// Tree depth: the number of sequential hops is logarithmic, not linear.
+TEST(AlgorithmsTest, TreeIsShallow) {
+  const int n = 64;
+  int maxSteps = 0;
+  for (int r = 0; r < n; ++r)
+    maxSteps = std::max(maxSteps, static_cast<int>(buildTreeAllReduce(r, n, 1 << 10).channels[0].size()));
+  EXPECT_LE(maxSteps, 12);  // at most 3 children and 1 parent per tree, two trees
+  // Recursive halving-doubling of one element: 2 log2(n) exchanges at most.
+  for (int r = 0; r < n; ++r) EXPECT_LE(buildRhdAllReduce(r, n, 1).channels[0].size(), 12u);
+}
+
+// ---------------------------------------------------------------------------
+// Cost model
+
+LinkMap hostsMap(int n, int perHost, Link intra, Link inter) {
+  LinkMap m;
+  m.intra = intra;
+  m.inter = inter;
+  for (int r = 0; r < n; ++r) m.hostOf.push_back(r / perHost);
+  return m;
+}
+
+TEST(CostModelTest, TreeBeatsRingForSmallMessagesAcrossSlowLinks) {
+  const CostModel model = defaultCostModel();
+  for (int n : {8, 16, 32}) {
+    const LinkMap links = hostsMap(n, 1, Link::Shm, Link::Tcp);
+    const double tree = estimateUs(Algo::Tree, Coll::AllReduce, n, 2, 4, model, links);
+    const double ring = estimateUs(Algo::Ring, Coll::AllReduce, n, 2, 4, model, links);
+    const double rhd = estimateUs(Algo::Rhd, Coll::AllReduce, n, 2, 4, model, links);
+    EXPECT_LT(tree, ring) << n << " ranks";
+    EXPECT_LT(rhd, ring) << n << " ranks";
+  }
+  // Beyond the simulated sizes the closed forms agree.
+  const LinkMap big = hostsMap(128, 1, Link::Shm, Link::Tcp);
+  EXPECT_LT(estimateUs(Algo::Tree, Coll::AllReduce, 128, 2, 4, model, big),
+            estimateUs(Algo::Ring, Coll::AllReduce, 128, 2, 4, model, big));
+}
+
+TEST(CostModelTest, RingOrRhdBestForLargeMessages) {
+  const CostModel model = defaultCostModel();
+  for (int n : {4, 8}) {
+    const LinkMap links = hostsMap(n, n, Link::Shm, Link::Tcp);  // one host
+    const size_t count = size_t{16} << 20;                      // 64 MiB of floats
+    const double tree = estimateUs(Algo::Tree, Coll::AllReduce, n, count, 4, model, links);
+    const double ring = estimateUs(Algo::Ring, Coll::AllReduce, n, count, 4, model, links);
+    const double rhd = estimateUs(Algo::Rhd, Coll::AllReduce, n, count, 4, model, links);
+    EXPECT_LT(std::min(ring, rhd), tree) << n << " ranks";
+  }
+}
+
+TEST(CostModelTest, HierBeatsRingAcrossHostsForLargeMessages) {
+  const CostModel model = defaultCostModel();
+  const LinkMap links = hostsMap(16, 4, Link::Shm, Link::Tcp);
+  const size_t count = size_t{4} << 20;
+  EXPECT_LT(estimateUs(Algo::Hier, Coll::AllReduce, 16, count, 4, model, links),
+            estimateUs(Algo::Tree, Coll::AllReduce, 16, count, 4, model, links));
+}
+
+TEST(CostModelTest, PredictsAHandComputedExchange) {
+  // Two ranks each send 400 bytes then receive: alpha + 400 beta on the sender,
+  // plus the reduction of 400 bytes after the receive.
+  CostModel model = defaultCostModel();
+  model.links[static_cast<int>(Link::Tcp)] = {10, 0.01};
+  model.reduce_us_per_byte = 0.001;
+  LinkMap links;
+  links.hostOf = {0, 1};
+  std::vector<Schedule> s;
+  for (int r = 0; r < 2; ++r) {
+    s.push_back(emptySchedule(Coll::AllReduce, "test", r, 2, -1, 100));
+    s[r].channels[0] = {makeStep(StepOp::Send, -1, 1 - r, {Buf::Send, 0}, {}, 100, kPre),
+                        makeStep(StepOp::RecvReduceCopy, 1 - r, -1, {Buf::Send, 0},
+                                 {Buf::Recv, 0}, 100, kPre | kPost)};
+  }
+  EXPECT_NEAR(predictUs(s, 4, model, links), 4.0 + 10.0 + 0.4, 1e-9);
+  // An unmatched receive can never finish.
+  s[0].channels[0].erase(s[0].channels[0].begin());
+  EXPECT_TRUE(std::isinf(predictUs(s, 4, model, links)));
+}
+
+TEST(CostModelTest, FitRecoversAlphaBeta) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  std::vector<CostSample> samples;
+  for (double bytes = 8; bytes <= (1 << 24); bytes *= 2)
+    samples.push_back({bytes, 12.5 + bytes * 4e-4 + noise(rng)});
+  LinkCost c = fitLinkCost(samples);
+  EXPECT_NEAR(c.alpha_us, 12.5, 0.1);
+  EXPECT_NEAR(c.beta_us_per_byte, 4e-4, 1e-7);
+  // One size: no slope, alpha is the mean.
+  c = fitLinkCost({{64, 3}, {64, 5}});
+  EXPECT_DOUBLE_EQ(c.alpha_us, 4);
+  EXPECT_DOUBLE_EQ(c.beta_us_per_byte, 0);
+  c = fitLinkCost({});
+  EXPECT_EQ(c.alpha_us, 0);
+}
+
+// ---------------------------------------------------------------------------
+// LOOM_ALGO / LOOM_PROTO
+
+int bit(Algo a) { return static_cast<int>(a); }
+
+TEST(SelectionTest, EmptyAllowsEverything) {
+  Result<Selection> s = parseSelection("  ", "LOOM_ALGO", algoNames());
+  ASSERT_TRUE(s.isOk());
+  for (int c = 0; c < Selection::kColls; ++c) {
+    EXPECT_FALSE(s.value().restricted[c]);
+    EXPECT_TRUE(s.value().allows(static_cast<Coll>(c), bit(Algo::Direct)));
+  }
+}
+
+TEST(SelectionTest, PlainListAppliesToEveryCollective) {
+  Result<Selection> s = parseSelection("ring, TREE", "LOOM_ALGO", algoNames());
+  ASSERT_TRUE(s.isOk());
+  for (Coll c : {Coll::AllReduce, Coll::Broadcast, Coll::AllGather}) {
+    EXPECT_TRUE(s.value().restricted[static_cast<int>(c)]);
+    EXPECT_TRUE(s.value().allows(c, bit(Algo::Ring)));
+    EXPECT_TRUE(s.value().allows(c, bit(Algo::Tree)));
+    EXPECT_FALSE(s.value().allows(c, bit(Algo::Direct)));
+    EXPECT_FALSE(s.value().allows(c, bit(Algo::Rhd)));
+  }
+}
+
+TEST(SelectionTest, PerCollective) {
+  Result<Selection> s =
+      parseSelection("allreduce:ring,tree;AllGather:rhd", "LOOM_ALGO", algoNames());
+  ASSERT_TRUE(s.isOk());
+  const Selection& sel = s.value();
+  EXPECT_TRUE(sel.allows(Coll::AllReduce, bit(Algo::Tree)));
+  EXPECT_FALSE(sel.allows(Coll::AllReduce, bit(Algo::Direct)));
+  EXPECT_TRUE(sel.allows(Coll::AllGather, bit(Algo::Rhd)));
+  EXPECT_FALSE(sel.allows(Coll::AllGather, bit(Algo::Ring)));
+  EXPECT_FALSE(sel.restricted[static_cast<int>(Coll::Broadcast)]);
+  EXPECT_TRUE(sel.allows(Coll::Broadcast, bit(Algo::Chain)));
+}
+
+TEST(SelectionTest, ExclusionAndOverride) {
+  Result<Selection> s = parseSelection("^direct;allreduce:^direct,tree", "LOOM_ALGO", algoNames());
+  ASSERT_TRUE(s.isOk());
+  const Selection& sel = s.value();
+  EXPECT_FALSE(sel.allows(Coll::AllToAll, bit(Algo::Direct)));
+  EXPECT_TRUE(sel.allows(Coll::AllToAll, bit(Algo::Ring)));
+  EXPECT_FALSE(sel.allows(Coll::AllReduce, bit(Algo::Tree)));
+  EXPECT_TRUE(sel.allows(Coll::AllReduce, bit(Algo::Hier)));
+}
+
+TEST(SelectionTest, InvalidTextNamesTheVariable) {
+  struct Bad {
+    const char* text;
+    const char* why;
+  };
+  for (const Bad& b : {Bad{"allreduce:foo", "unknown name 'foo'"},
+                       Bad{"bogus:ring", "unknown collective 'bogus'"},
+                       Bad{"ring,,tree", "empty name"}, Bad{"allreduce:", "empty name"},
+                       Bad{"^", "empty name"}}) {
+    Result<Selection> s = parseSelection(b.text, "LOOM_ALGO", algoNames());
+    ASSERT_FALSE(s.isOk()) << b.text;
+    const std::string msg = s.status().message();
+    EXPECT_NE(msg.find(std::string("LOOM_ALGO=") + b.text), std::string::npos) << msg;
+    EXPECT_NE(msg.find(b.why), std::string::npos) << msg;
+  }
+}
+
+TEST(SelectionTest, Protocols) {
+  Result<Selection> s = parseSelection("allreduce:LL;^ll", "LOOM_PROTO", protoNames());
+  ASSERT_TRUE(s.isOk());
+  // The later plain entry overrides the earlier per-collective one.
+  EXPECT_FALSE(s.value().allows(Coll::AllReduce, 0));
+  EXPECT_TRUE(s.value().allows(Coll::AllReduce, 1));
+  s = parseSelection("allreduce:simple", "LOOM_PROTO", protoNames());
+  ASSERT_TRUE(s.isOk());
+  EXPECT_FALSE(s.value().allows(Coll::AllReduce, 0));
+  EXPECT_TRUE(s.value().allows(Coll::Broadcast, 0));
+  s = parseSelection("ll128", "LOOM_PROTO", protoNames());
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.status().message().find("LOOM_PROTO=ll128"), std::string::npos);
+  EXPECT_NE(s.status().message().find("known: ll, simple"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::algo
