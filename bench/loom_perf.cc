@@ -84,6 +84,12 @@ class LoomBackend : public perf::Backend {
   void GroupStart() override { PERF_CHECK(loomGroupStart()); }
   void GroupEnd() override { PERF_CHECK(loomGroupEnd()); }
   void Barrier() override { PERF_CHECK(loomBarrier(comm_, nullptr)); }
+  void* Alloc(size_t bytes) override {
+    void* p = nullptr;
+    PERF_CHECK(loomMemAlloc(&p, bytes > 0 ? bytes : 1));
+    return p;
+  }
+  void Free(void* p) override { PERF_CHECK(loomMemFree(p)); }
 
  private:
   loomComm_t comm_;

@@ -1,25 +1,41 @@
 // loom-topo: prints this host's topology (or a file's), the paths between its devices,
-// and the rings Loom would choose for a rank layout.
+// the rings Loom would choose for a rank layout, and the cost model's predicted time of
+// each algorithm over a sweep of sizes, with the one the tuner would pick: what Loom
+// would do on this machine, without running it.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "algorithms/cost.h"
 #include "topology/search.h"
 #include "topology/topology.h"
+#include "util/env.h"
 
 using namespace loom::topo;
+namespace algo = loom::algo;
 
 namespace {
 
 void usage() {
   std::printf(
       "usage: loom-topo [--file F] [--dump OUT] [--hosts N] [--ranks-per-host R]\n"
-      "                 [--max-channels C] [--no-paths]\n"
+      "                 [--max-channels C] [--no-paths] [--coll C] [--min-bytes B]\n"
+      "                 [--max-bytes B] [--factor F] [--no-predict]\n"
       "  --file F            NCCL topology XML or hwloc XML instead of detecting this host\n"
       "  --dump OUT          write the topology in NCCL's schema to OUT\n"
       "  --hosts N           plan rings over N copies of the machine (default 1)\n"
-      "  --ranks-per-host R  ranks on each host (default: one per GPU, else one per NUMA node)\n");
+      "  --ranks-per-host R  ranks on each host (default: one per GPU, else one per NUMA node)\n"
+      "  --coll C            collective to predict: allreduce (default), allgather,\n"
+      "                      reducescatter, broadcast, reduce, alltoall\n"
+      "  --min-bytes B       smallest size of the prediction sweep (default 8)\n"
+      "  --max-bytes B       largest size (default 268435456)\n"
+      "  --factor F          factor between sizes (default 4)\n"
+      "LOOM_ALGO narrows the tuner's choice as it does in the library; LOOM_SLOT_BYTES and\n"
+      "LOOM_SHM_DISABLE change the model as they change the communicator.\n");
 }
 
 std::string rankName(const System& s, const std::vector<RankPlace>& ranks, int r) {
@@ -69,12 +85,84 @@ void printPaths(const System& s, int host) {
   }
 }
 
+// Parses a whole non-negative number; false on anything else.
+bool parseCount(const char* text, long long* out) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < 0) return false;
+  *out = v;
+  return true;
+}
+
+// The predicted time of every algorithm with a schedule for `coll` (all-reduce on one host
+// adds direct, the shared-memory path the tuner always takes there), per size, with the
+// tuner's pick: LOOM_ALGO narrows the candidates exactly as in src/api/group.cc, then the
+// cheapest prediction wins (the first candidate on a tie).
+int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts, int perHost,
+                     size_t minBytes, size_t maxBytes, size_t factor) {
+  algo::CostModel model = algo::defaultCostModel();
+  model.slotBytes = static_cast<size_t>(std::max<int64_t>(loom::env::slotBytes(), 64));
+  algo::LinkMap links;
+  links.hostOf = hostOf;
+  links.intra = loom::env::shmDisable() ? algo::Link::Tcp : algo::Link::Shm;
+  links.inter = algo::Link::Tcp;
+  auto sel = algo::parseSelection(loom::env::algo(), "LOOM_ALGO", algo::algoNames());
+  if (!sel.isOk()) {
+    std::fprintf(stderr, "loom-topo: %s\n", sel.status().message().c_str());
+    return 2;
+  }
+  const bool direct = coll == algo::Coll::AllReduce && hosts == 1;
+  std::vector<algo::Algo> algos;
+  if (direct) algos.push_back(algo::Algo::Direct);
+  for (int i = 0; i < algo::kNumAlgos; ++i)
+    if (algo::algoBuilds(static_cast<algo::Algo>(i), coll))
+      algos.push_back(static_cast<algo::Algo>(i));
+  // On one host the tuner offers hier only when LOOM_ALGO asks for it by name.
+  const int ci = static_cast<int>(coll);
+  if (hosts == 1 && !(sel.value().restricted[ci] &&
+                      sel.value().allows(coll, static_cast<int>(algo::Algo::Hier))))
+    algos.erase(std::remove(algos.begin(), algos.end(), algo::Algo::Hier), algos.end());
+  std::vector<algo::Algo> cands;
+  for (algo::Algo a : algos)
+    if (sel.value().allows(coll, static_cast<int>(a))) cands.push_back(a);
+  if (cands.empty()) cands = algos;
+  const int nranks = static_cast<int>(hostOf.size());
+  std::printf("\npredicted %s time (us), %d host(s) x %d rank(s), links %s/%s, slot %zu B%s%s\n",
+              algo::collName(coll), hosts, perHost, algo::linkName(links.intra),
+              algo::linkName(links.inter), model.slotBytes,
+              loom::env::algo().empty() ? "" : ", LOOM_ALGO=", loom::env::algo().c_str());
+  std::printf("%12s", "bytes");
+  for (algo::Algo a : algos) std::printf(" %12s", algo::algoName(a));
+  std::printf("  %s\n", "choice");
+  const size_t elem = 4;  // float, loom-perf's default type
+  for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
+    const size_t count = std::max<size_t>(1, bytes / elem);
+    std::printf("%12zu", count * elem);
+    algo::Algo best = cands[0];
+    double bestUs = 0;
+    for (algo::Algo a : algos) {
+      const double us = algo::estimateUs(a, coll, nranks, count, elem, model, links);
+      std::printf(" %12.1f", us);
+      if (std::find(cands.begin(), cands.end(), a) == cands.end()) continue;
+      if (a == cands[0] || us < bestUs) best = a, bestUs = us;
+    }
+    // The tuner takes the direct all-reduce wherever it exists, without pricing it.
+    if (cands[0] == algo::Algo::Direct) best = algo::Algo::Direct;
+    std::printf("  %s\n", algo::algoName(best));
+    if (bytes > maxBytes / factor) break;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string file, dump;
   int hosts = 1, ranksPerHost = 0, maxChannels = 16;
-  bool paths = true;
+  bool paths = true, predict = true;
+  std::string coll = "allreduce";
+  long long minBytes = 8, maxBytes = 268435456, factor = 4;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -96,6 +184,18 @@ int main(int argc, char** argv) {
       maxChannels = std::atoi(next());
     else if (a == "--no-paths")
       paths = false;
+    else if (a == "--no-predict")
+      predict = false;
+    else if (a == "--coll")
+      coll = next();
+    else if (a == "--min-bytes" || a == "--max-bytes" || a == "--factor") {
+      long long* out = a == "--min-bytes" ? &minBytes : a == "--max-bytes" ? &maxBytes : &factor;
+      const char* v = next();
+      if (!parseCount(v, out)) {
+        std::fprintf(stderr, "loom-topo: %s: '%s' is not a whole number >= 0\n", a.c_str(), v);
+        return 2;
+      }
+    }
     else if (a == "-h" || a == "--help") {
       usage();
       return 0;
@@ -107,6 +207,24 @@ int main(int argc, char** argv) {
   }
   if (hosts < 1) {
     std::fprintf(stderr, "loom-topo: --hosts must be >= 1\n");
+    return 2;
+  }
+  algo::Coll collective = algo::Coll::AllReduce;
+  bool known = false;
+  for (int c = 0; c < algo::Selection::kColls; ++c)
+    if (coll == algo::collName(static_cast<algo::Coll>(c)))
+      collective = static_cast<algo::Coll>(c), known = true;
+  if (!known) {
+    std::fprintf(stderr,
+                 "loom-topo: --coll: unknown collective '%s' (known: allreduce, broadcast, "
+                 "reduce, allgather, reducescatter, alltoall)\n",
+                 coll.c_str());
+    return 2;
+  }
+  if (minBytes < 1 || maxBytes < minBytes || factor < 2) {
+    std::fprintf(stderr,
+                 "loom-topo: --min-bytes must be >= 1, --max-bytes >= --min-bytes and "
+                 "--factor >= 2\n");
     return 2;
   }
   auto one = file.empty() ? localTopology() : loadTopologyFile(file);
@@ -166,7 +284,9 @@ int main(int argc, char** argv) {
         std::printf("  tree hint host %d: NET%d (%s), head rank %d\n", t.host, s.node(t.net).dev,
                     s.node(t.net).name.c_str(), t.headRank);
   }
-  // Cost-model hook: when algorithms/cost.h exists, the predicted time of each collective
-  // over this plan is printed here (wired by the algorithms owner; nothing is estimated yet).
-  return 0;
+  if (!predict) return 0;
+  std::vector<int> hostOf;
+  for (const RankPlace& r : ranks.value()) hostOf.push_back(r.host);
+  return printPredictions(collective, hostOf, hosts, ranksPerHost, static_cast<size_t>(minBytes),
+                          static_cast<size_t>(maxBytes), static_cast<size_t>(factor));
 }

@@ -128,8 +128,8 @@ KERNELS=$(find_bin loom-kernels-bench)
 MPIRUN=$(command -v mpirun || true)
 [[ -n $LOOM ]] || { echo "compare.sh: no loom-perf in $build (build it first)" >&2; exit 2; }
 [[ -n $MPIRUN ]] || MPI_PERF=""
-peers=(loom ompi gloo)
-declare -A BIN=([loom]=$LOOM [ompi]=$MPI_PERF [gloo]=$GLOO)
+peers=(loom ompi gloo loomR)  # loomR: Loom with loomMemAlloc buffers (-R 1), shm only
+declare -A BIN=([loom]=$LOOM [ompi]=$MPI_PERF [gloo]=$GLOO [loomR]=$LOOM)
 
 : "${OMPI_SHM_MCA:=--mca pml ob1 --mca btl vader,self}"
 : "${OMPI_TCP_MCA:=--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo}"
@@ -192,10 +192,11 @@ run() {
   w=$((warm < n ? warm : n))
   local args=(-b "$size" -e "$size" -n "$n" -w "$w" -d float -o sum)
   case $peer in
-    loom)
+    loom | loomR)
       cmd=(env)
       [[ $cfg == tcp* ]] && cmd+=(LOOM_SHM_DISABLE=1)
-      cmd+=("$LOOM" -np "$np" "${args[@]}") ;;
+      cmd+=("$LOOM" -np "$np" "${args[@]}")
+      [[ $peer == loomR ]] && cmd+=(-R 1) ;;
     ompi)
       local mca=$OMPI_SHM_MCA
       [[ $cfg == tcp* ]] && mca=$OMPI_TCP_MCA
@@ -254,9 +255,10 @@ for ((rep = 1; rep <= reps; ++rep)); do
     echo "# running $cfg (rep $rep/$reps)" >&2
     i=0
     for size in "${sizes[@]}"; do
-      for ((k = 0; k < 3; ++k)); do
-        peer=${peers[$(((i + k) % 3))]}
+      for ((k = 0; k < ${#peers[@]}; ++k)); do
+        peer=${peers[$(((i + k) % ${#peers[@]}))]}
         [[ -n ${BIN[$peer]} ]] || continue
+        [[ $peer == loomR && $cfg != shm* ]] && continue
         run "$cfg" "$peer" "$size"
         r=$RESULT
         if [[ $r == fail ]]; then
@@ -325,8 +327,31 @@ for cfg in "${cfgs[@]}"; do
       "$tl" "$bl" "$to" "$bo" "$tg" "$bg" "$rbo" "$rbg" "$rto" "$rtg"
     md "| $(human "$size") | $tl | $bl | $to | $bo | $tg | $bg | $rbo | $rbg | $rto | $rtg |"
   done
+  if [[ $cfg == shm* ]]; then
+    # The same Loom with loomMemAlloc buffers, measured in the same rotation.
+    echo "# $cfg with loomMemAlloc buffers (loom-perf -R 1): the input is read in place"
+    printf '%10s | %9s %7s | %9s %7s | %9s %9s\n' size "loom us" GB/s "loomR us" GB/s "bw R/loom" "bw R/ompi"
+    md ""
+    md "$cfg with loomMemAlloc buffers (\`loom-perf -R 1\`, same run):"
+    md ""
+    md "| size | loom us | loom GB/s | loomR us | loomR GB/s | busbw loomR/loom | busbw loomR/ompi |"
+    md "|---:|---:|---:|---:|---:|---:|---:|"
+    for size in "${sizes[@]}"; do
+      line=$(awk -v l="${RES[$cfg,loom,$size]:-}" -v r="${RES[$cfg,loomR,$size]:-}" \
+        -v o="${RES[$cfg,ompi,$size]:-}" '
+        function f(x, i) { if (x == "") return "n/a"; split(x, a, " "); return a[i] }
+        function ratio(num, den) { if (num == "" || den == "") return "n/a"; split(num, a, " ")
+          split(den, b, " "); if (b[2] + 0 == 0) return "n/a"; return sprintf("%.2f", a[2] / b[2]) }
+        BEGIN { printf "%s\t%s\t%s\t%s\t%s\t%s\n", f(l, 1), f(l, 2), f(r, 1), f(r, 2), ratio(r, l), ratio(r, o) }')
+      IFS=$'\t' read -r tl bl tr br rrl rro <<<"$line"
+      printf '%10s | %9s %7s | %9s %7s | %9s %9s\n' "$(human "$size")" "$tl" "$bl" "$tr" "$br" "$rrl" "$rro"
+      md "| $(human "$size") | $tl | $bl | $tr | $br | $rrl | $rro |"
+    done
+  fi
   wrong="Wrong results (#wrong): loom ${WRONG[$cfg,loom]:-n/a}, ompi ${WRONG[$cfg,ompi]:-n/a}, gloo ${WRONG[$cfg,gloo]:-n/a}"
+  [[ $cfg == shm* ]] && wrong+=", loom -R 1 ${WRONG[$cfg,loomR]:-n/a}"
   [[ ${WRONG[$cfg,loom]:-fail} == 0 ]] || status=1
+  [[ $cfg != shm* || ${WRONG[$cfg,loomR]:-fail} == 0 ]] || status=1
   ref=${RES[$cfg,loom,$ref_size]:-}
   frac="no $(human $ref_size) row"
   if [[ -n $ref && $memcpy_best != 0 ]]; then

@@ -417,9 +417,10 @@ void PrintHeader(const Options& o, const CollInfo& c, int nranks, const std::vec
   const bool factor = o.step_factor > 1;
   std::printf(
       "# %s: %s\n# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
-      "iters: %d agg iters: %d validation: %d graph: 0\n#\n# Using devices\n",
+      "iters: %d agg iters: %d validation: %d graph: 0%s\n#\n# Using devices\n",
       title.c_str(), c.name, o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes,
-      factor ? "factor" : "bytes", o.warmup, o.iters, o.agg, o.check);
+      factor ? "factor" : "bytes", o.warmup, o.iters, o.agg, o.check,
+      o.reg ? " registered: 1" : "");
   for (int r = 0; r < nranks; ++r) {
     int32_t pid;
     std::memcpy(&pid, &infos[r * slot], sizeof(pid));
@@ -508,10 +509,14 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
   infos[rank * kSlot + kSlot - 1] = '\0';
   b.Run(Coll::kAllReduce, infos.data(), infos.data(), infos.size(), TypeOf(loomUint8), loomSum, 0);
 
-  char* send = static_cast<char*>(AllocPrefaulted(o.max_bytes));
-  char* recv = static_cast<char*>(AllocPrefaulted(o.max_bytes));
+  auto alloc = [&](size_t bytes) {
+    return static_cast<char*>(o.reg ? b.Alloc(bytes) : AllocPrefaulted(bytes));
+  };
+  char* send = alloc(o.max_bytes);
+  char* recv = alloc(o.max_bytes);
   if (send == nullptr || recv == nullptr) {
-    std::fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank, o.max_bytes);
+    std::fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes%s\n", rank, o.max_bytes,
+                 o.reg ? " with the library's allocator (-R 1)" : "");
     return 1;
   }
   Ctx k{b, o, rank, nranks, send, recv, {}};
@@ -569,8 +574,13 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
     }
     if (rank == 0 && o.colls.size() > 1) std::printf("#\n");
   }
-  std::free(send);
-  std::free(recv);
+  if (o.reg) {
+    b.Free(send);
+    b.Free(recv);
+  } else {
+    std::free(send);
+    std::free(recv);
+  }
 
   int rc = total_wrong > 0 ? 1 : 0;
   if (rank == 0) {
@@ -672,6 +682,7 @@ constexpr Flag kFlags[] = {
     {"-C", "--collective", "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
                            "sendrecv, a comma list, or all"},
     {"-I", "--skew", "1: arrival-skew columns (largest skew, rank most often last)"},
+    {"-R", "--local_register", "1: buffers from the library's allocator (Loom: loomMemAlloc)"},
     {"-z", "--blocking", "accepted for nccl-tests compatibility (host calls always block)"},
     {"-T", "--timeout", "seconds before the ranks are killed"},
     {"-J", "--json", "write every row as JSON to this file"},
@@ -787,6 +798,8 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
       o.root = value == "all" ? -1 : FlagInt(fs, name, v, 0, 1 << 20);
     } else if (key == "-I") {
       o.skew = FlagInt(fs, name, v, 0, 1);
+    } else if (key == "-R") {
+      o.reg = FlagInt(fs, name, v, 0, 1);
     } else if (key == "-z") {
       FlagInt(fs, name, v, 0, 1);
     } else if (key == "-T") {

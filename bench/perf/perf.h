@@ -81,6 +81,7 @@ struct Options {
   Average average = Average::kMean;
   int root = 0;    // -r: the root of broadcast and reduce; -1: every root in turn
   int skew = 0;    // -I: arrival-skew columns
+  int reg = 0;     // -R: buffers from the library's own allocator (Backend::Alloc)
   int nranks = 2;  // -np, where the program starts its own ranks
   int timeout_s = 1800;
   std::vector<const CollInfo*> colls;
@@ -114,6 +115,9 @@ class Backend {
   virtual void Barrier() = 0;
   // Where the backend cannot run a combination (a peer without that type), the row prints N/A.
   virtual bool Supports(Coll c, const TypeInfo& t, loomRedOp_t op) const { return true; }
+  // The sweep's two buffers under -R 1 (e.g. loomMemAlloc); nullptr: not supported.
+  virtual void* Alloc(size_t bytes) { return nullptr; }
+  virtual void Free(void* p) {}
 };
 
 // Runs the sweep on one rank (rank 0 prints, `title` heads the table) and returns the exit

@@ -277,6 +277,17 @@ loomResult_t loomCommDumpTrace(loomComm_t comm, const char* path);
 /// @param nstats at least the communicator's rank count.
 loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* stats, int nstats);
 
+/// Allocates size bytes of host memory that the communicator's ranks on this
+/// host can read in place (shared memory, every page touched now). An
+/// all-reduce whose send buffer lies in such memory skips copying it into
+/// Loom's buffers. Free it with loomMemFree.
+/// @return loomInvalidArgument when ptr is NULL or size is 0.
+loomResult_t loomMemAlloc(void** ptr, size_t size);
+
+/// Frees memory from loomMemAlloc.
+/// @return loomInvalidArgument for a pointer loomMemAlloc did not return.
+loomResult_t loomMemFree(void* ptr);
+
 /// Starts a group: the calls up to the matching loomGroupEnd are issued together.
 loomResult_t loomGroupStart(void);
 

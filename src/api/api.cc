@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "bootstrap/unique_id.h"
+#include "mem/mem.h"
 #include "util/log.h"
 
 namespace loom::api {
@@ -449,6 +450,22 @@ loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
                         "op: " + std::to_string(v) + " is not a live PreMulSum operation");
     c->userOps()[idx].reset();
     return Status::ok();
+  });
+}
+
+loomResult_t loomMemAlloc(void** ptr, size_t size) {
+  return guard("loomMemAlloc", [&]() -> Status {
+    if (ptr == nullptr) return LOOM_ERROR(loomInvalidArgument, "ptr: NULL");
+    *ptr = nullptr;
+    LOOM_ASSIGN(*ptr, loom::mem::alloc(size));
+    return Status::ok();
+  });
+}
+
+loomResult_t loomMemFree(void* ptr) {
+  return guard("loomMemFree", [&]() -> Status {
+    if (ptr == nullptr) return LOOM_ERROR(loomInvalidArgument, "ptr: NULL");
+    return loom::mem::free(ptr);
   });
 }
 

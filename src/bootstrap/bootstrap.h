@@ -30,6 +30,8 @@ namespace loom::bootstrap {
 
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kMaxInfoBytes = 64 * 1024;
+// The most ranks a rendezvous takes: the root keeps a slot per rank, sized by the first hello.
+constexpr int kMaxRanks = 1 << 20;
 
 class Bootstrap {
  public:

@@ -311,6 +311,11 @@ std::string Root::check(const Conn& c, loomResult_t* code) const {
     *code = loomInvalidArgument;
     return "nranks " + std::to_string(c.nranks) + " is not positive";
   }
+  if (c.nranks > kMaxRanks) {  // the first hello sizes byRank_
+    *code = loomInvalidArgument;
+    return "nranks " + std::to_string(c.nranks) + " is over the limit of " +
+           std::to_string(kMaxRanks);
+  }
   if (c.rank < 0 || c.rank >= c.nranks) {
     *code = loomInvalidArgument;
     return "rank " + std::to_string(c.rank) + " is outside [0, " + std::to_string(c.nranks) + ")";

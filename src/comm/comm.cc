@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bootstrap/unique_id.h"
+#include "comm/topo_setup.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/tcp/tcp_setup.h"
 #include "util/env.h"
@@ -227,8 +228,12 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     c->netConns_.push_back(conn.get());
     c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
   }
+  // Every TCP peer has connected: stop listening, so a stranger's connection queued there is
+  // reset rather than left open, and no port stays open for the communicator's lifetime.
+  c->listener_.reset();
   c->stampsSent_.assign(static_cast<size_t>(nranks), {0, 0});
   LOOM_CHECK(syncClock(*c, deadline));
+  LOOM_ASSIGN(c->system_, gatherSystem(*c));
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu tcp peers, slot %zu B x %zu",
             c->describe().c_str(), local.size() - 1, remote.size(), slotBytes, depth);

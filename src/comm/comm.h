@@ -29,6 +29,9 @@ namespace loom::transport {
 class TcpListener;
 struct ShmLinks;
 }  // namespace loom::transport
+namespace loom::topo {
+class System;
+}
 
 namespace loom {
 
@@ -64,6 +67,9 @@ class Comm {
   const CommOptions& options() const { return options_; }
   const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
   bootstrap::Bootstrap& bootstrap() { return *bootstrap_; }
+  // Every rank's host merged into one graph (src/comm/topo_setup.h); nullptr when
+  // LOOM_TOPO_DISABLE=1 or a host could not be described.
+  const topo::System* system() const { return system_.get(); }
 
   // The connection to peer r (nullptr for r == rank()).
   transport::Connection* conn(int r) const { return conns_[static_cast<size_t>(r)].get(); }
@@ -129,6 +135,7 @@ class Comm {
   int nranks_ = 1;
   CommOptions options_;
   std::vector<PeerInfo> peers_;
+  std::shared_ptr<const topo::System> system_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::unique_ptr<transport::TcpListener> listener_;
   std::unique_ptr<transport::ShmLinks> shm_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "algorithms/schedule.h"
+#include "mem/mem.h"
 #include "transport/shm/shm_setup.h"
 #include "util/env.h"
 
@@ -53,9 +54,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   const char* send = static_cast<const char*>(op.sendbuff);
   char* recv = static_cast<char*>(op.recvbuff);
   // Scratch for source pointers, kept per thread so the fast path does not allocate.
-  thread_local std::vector<const char*> bufs, slice;
+  thread_local std::vector<const char*> bufs, slice, inputs;
   bufs.resize(static_cast<size_t>(n));
   slice.resize(static_cast<size_t>(n));
+  inputs.resize(static_cast<size_t>(n));
 
   auto waitAll = [&](std::atomic<uint32_t> ShmDirectHeader::*field, uint32_t target,
                      const char* phase) -> Status {
@@ -113,15 +115,40 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     const size_t len = std::min(perRound, count - off);
     const uint32_t g = comm.nextDirectRound();
     char* myBuf = shm.direct[static_cast<size_t>(me)].buffer(g, shm.directBytes);
-    if (scale)
-      kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
-    else
-      std::memcpy(myBuf, send + off * es, len * es);
+    // An input in loomMemAlloc memory is read in place by the peers (slices only: there every
+    // rank has read all inputs before any publishes `reduced`, so none returns while a peer
+    // still reads its buffer; the symmetric form has no such point).
+    const mem::Ref in = symmetric || scale ? mem::Ref{} : mem::lookup(send + off * es, len * es);
+    if (in.token == 0) {
+      if (scale)
+        kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
+      else
+        std::memcpy(myBuf, send + off * es, len * es);
+    }
+    mine->inputToken[g & 1] = in.token;
+    mine->inputOffset[g & 1] = in.offset;
     mine->enterNs[g & 1] = enterNs;
     publish(mine->ready, mine, g);
     for (int q = 0; q < n; ++q)
       bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
     LOOM_CHECK(waitAll(&ShmDirectHeader::ready, g, "waiting for peers' input"));
+    // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here.
+    for (int q = 0; q < n; ++q) {
+      const ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
+      const uint64_t token = q == me ? in.token : h->inputToken[g & 1];
+      const uint64_t offset = q == me ? in.offset : h->inputOffset[g & 1];
+      const char*& src = inputs[static_cast<size_t>(q)];
+      src = bufs[static_cast<size_t>(q)];
+      if (token == 0) continue;
+      if (q == me) {
+        src = send + off * es;
+        continue;
+      }
+      Result<const char*> base = mem::mapPeer(token, offset + len * es);
+      if (!base.isOk())
+        return base.status().prefix(comm.describe() + ": rank " + std::to_string(q) + "'s input: ");
+      src = base.value() + offset;
+    }
     if (off == 0)
       noteArrivals([&](int q) {
         return shm.direct[static_cast<size_t>(q)].header()->enterNs[g & 1];
@@ -133,7 +160,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       // Reduce my slice into my own buffer, then gather every slice.
       size_t so, sl;
       algo::chunkRange(len, n, me, &so, &sl);
-      for (size_t q = 0; q < slice.size(); ++q) slice[q] = bufs[q] + so * es;
+      for (size_t q = 0; q < slice.size(); ++q) slice[q] = inputs[q] + so * es;
       reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
       publish(mine->reduced, mine, g);
       for (int k = 0; k < n; ++k) {

@@ -62,6 +62,8 @@ constexpr Var kVars[] = {
      "detecting it", "NCCL_TOPO_FILE"},
     {"LOOM_TOPO_DUMP_FILE", "", "write the topology detected (or loaded) to this file, in NCCL's schema",
      "NCCL_TOPO_DUMP_FILE"},
+    {"LOOM_TOPO_DISABLE", "0",
+     "1: communicators neither detect nor merge the hosts' topology (no system graph)"},
 };
 
 const char* raw(const char* name) {
@@ -116,6 +118,10 @@ LOOM_ENV_STRING(injectDelay, "LOOM_INJECT_DELAY")
 LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
 LOOM_ENV_STRING(topoFile, "LOOM_TOPO_FILE")
 LOOM_ENV_STRING(topoDumpFile, "LOOM_TOPO_DUMP_FILE")
+bool topoDisable() {
+  static const bool value = toInt("LOOM_TOPO_DISABLE") != 0;
+  return value;
+}
 LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
 LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")

@@ -33,6 +33,7 @@ const std::string& injectDelay();    // LOOM_INJECT_DELAY (parsed by src/trace)
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 const std::string& topoFile();       // LOOM_TOPO_FILE
 const std::string& topoDumpFile();   // LOOM_TOPO_DUMP_FILE
+bool topoDisable();                  // LOOM_TOPO_DISABLE
 
 // Every declared variable as a markdown table (README.md embeds it).
 std::string markdownTable();

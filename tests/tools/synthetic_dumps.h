@@ -31,6 +31,10 @@ struct SynthOp {
   // nullopt as null, or with pairForm as [rank, time] pairs of the known ones.
   std::optional<std::vector<std::optional<int64_t>>> arrivals;
   bool pairForm = false;
+  // Written as "firstArrivalNs" pairs when not empty: (peer, time in rank 0's clock).
+  std::vector<std::pair<int, int64_t>> firstArrivals;
+  int waitPeer = -1;  // the peer of the longest single wait, and that wait
+  int64_t maxWaitNs = 0;
 };
 
 struct SynthRank {
@@ -60,11 +64,16 @@ inline nlohmann::json toJson(const SynthRank& r) {
                         {"enterNs", o.enterNs - r.clockOffsetNs},
                         {"endNs", o.endNs == 0 ? 0 : o.endNs - r.clockOffsetNs},
                         {"waitNs", 0},
-                        {"waitPeer", -1},
-                        {"maxWaitNs", 0},
+                        {"waitPeer", o.waitPeer},
+                        {"maxWaitNs", o.maxWaitNs},
                         {"lastRank", -1},
                         {"lateNs", 0}};
     if (!o.error.empty()) j["error"] = o.error;
+    if (!o.firstArrivals.empty()) {
+      nlohmann::json f = nlohmann::json::array();
+      for (const auto& [peer, t] : o.firstArrivals) f.push_back({peer, t});
+      j["firstArrivalNs"] = f;
+    }
     if (o.arrivals) {
       nlohmann::json a = nlohmann::json::array();
       for (size_t q = 0; q < o.arrivals->size(); ++q) {

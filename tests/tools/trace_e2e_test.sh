@@ -5,7 +5,9 @@
 #     about 20 ms (the median; a busy machine may stretch one sleep), and the
 #     waiting it caused at least 8 x 20 ms per other rank;
 #  2. rank 2 of 3 skips an all-reduce, the others' last one times out: seq 6 is
-#     reported with rank 2 missing (exit 3);
+#     reported with rank 2 missing (exit 3), and rank 0's timeout names the operation, rank 2
+#     and rank 2's last completed operation; again on the ring schedule, where it also names
+#     the step;
 #  3. rank 1 calls a broadcast where the others call an all-reduce: a mismatch
 #     at seq 3 (exit 4).
 #   trace_e2e_test.sh TRACE_RANKS_BINARY LOOM_TRACE_BINARY
@@ -68,6 +70,26 @@ grep -qF "seq 6 allreduce: missing ranks: {2} (entered by {0,1})" "$work/skip.tx
   fail "skip: rank 2 not reported missing at seq 6"
 grep -qF "rank 2: last seq 5 allreduce completed" "$work/skip.txt" ||
   fail "skip: rank 2's last operation not shown"
+grep -qE 'error on rank 0: ".*allreduce #6 timed out after [0-9]+ ms waiting for rank 2 .*rank 2 last completed operation #5"' \
+  "$work/skip.txt" || fail "skip: rank 0's timeout does not name allreduce #6, rank 2 and its last operation #5"
+
+# 2b. The same skip on the ring schedule (LOOM_ALGO=ring; the ranks inherit it): the others'
+# timeout names the operation and its sequence number, the step, the peer waited for and that
+# peer's last completed operation, and loom-trace shows it beside rank 2 missing.
+mkdir -p "$work/skipring"
+LOOM_ALGO=ring "$ranks" skip 3 "$work/skipring" >"$work/skipring.ranks" 2>&1 ||
+  { fail "skipring: the ranks failed:"; cat "$work/skipring.ranks"; }
+"$tool" "$work/skipring" >"$work/skipring.txt" 2>&1
+rc=$?
+echo "--- loom-trace on scenario skip with LOOM_ALGO=ring (exit $rc)"
+cat "$work/skipring.txt"
+[ "$rc" -eq 3 ] || fail "skipring: exit $rc, expected 3 (missing)"
+grep -qF "seq 6 allreduce: missing ranks: {2} (entered by {0,1})" "$work/skipring.txt" ||
+  fail "skipring: rank 2 not reported missing at seq 6"
+# Rank 0 receives from rank 2 on the ring: its error is the one shown (the lowest failed rank).
+grep -qE 'error on rank 0: ".*allreduce #6 timed out after [0-9]+ ms waiting for rank 2 \(receiving, [A-Za-z]+, step [0-9]+ of [0-9]+, piece [0-9]+ of [0-9]+\); rank 2 last completed operation #5"' \
+  "$work/skipring.txt" ||
+  fail "skipring: rank 0's timeout does not name allreduce #6, the step, rank 2 and its last operation #5"
 
 # 3. Different collectives at one sequence number.
 run mismatch 3

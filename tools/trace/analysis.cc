@@ -101,6 +101,15 @@ void findHangs(const CommTrace& comm, uint64_t seq, const std::vector<const OpEn
     a.stuck.push_back(stuck);
 }
 
+// Mean, maximum and nearest-rank p99 of values that are not empty.
+void describe(const std::vector<int64_t>& v, double* mean, int64_t* max, int64_t* p99) {
+  double sum = 0;
+  for (int64_t x : v) sum += static_cast<double>(x);
+  *mean = sum / static_cast<double>(v.size());
+  *max = *std::max_element(v.begin(), v.end());
+  *p99 = percentile(v, 99);
+}
+
 void summarize(
     Analysis& a,
     const std::map<std::tuple<std::string, uint64_t, int>, std::vector<int64_t>>& skews) {
@@ -122,23 +131,59 @@ void summarize(
   for (size_t q = 0; q < n; ++q) {
     RankStats& s = a.ranks[q];
     s.ops = late[q].size();
-    if (late[q].empty()) continue;
-    double sum = 0;
-    for (int64_t v : late[q]) sum += static_cast<double>(v);
-    s.meanLateNs = sum / static_cast<double>(late[q].size());
-    s.maxLateNs = *std::max_element(late[q].begin(), late[q].end());
-    s.p99LateNs = percentile(late[q], 99);
+    if (!late[q].empty()) describe(late[q], &s.meanLateNs, &s.maxLateNs, &s.p99LateNs);
   }
   for (const auto& kv : skews) {
     SkewGroup g;
     std::tie(g.coll, g.count, g.dtype) = kv.first;
     g.ops = kv.second.size();
-    double sum = 0;
-    for (int64_t v : kv.second) sum += static_cast<double>(v);
-    g.meanNs = sum / static_cast<double>(g.ops);
-    g.maxNs = *std::max_element(kv.second.begin(), kv.second.end());
-    g.p99Ns = percentile(kv.second, 99);
+    describe(kv.second, &g.meanNs, &g.maxNs, &g.p99Ns);
     a.skew.push_back(g);
+  }
+}
+
+// Data delays and waits per sender (PeerStats), and the slowest (sender, receiver) pair.
+void peerDelays(const CommTrace& comm, Analysis& a) {
+  const size_t n = static_cast<size_t>(comm.nranks);
+  std::vector<std::vector<int64_t>> delays(n);
+  std::map<std::pair<int, int>, std::pair<double, uint64_t>> pairs;  // (from, to): sum, ops
+  a.peers.resize(n);
+  for (size_t p = 0; p < n; ++p) a.peers[p].rank = static_cast<int>(p);
+  for (const OpTiming& t : a.ops) {
+    for (size_t r = 0; r < n; ++r) {
+      if (!comm.ranks[r]) continue;
+      const OpEntry* e = comm.ranks[r]->find(t.seq);
+      if (e == nullptr) continue;
+      if (e->waitPeer >= 0 && static_cast<size_t>(e->waitPeer) < n && e->maxWaitNs > 0) {
+        PeerStats& w = a.peers[static_cast<size_t>(e->waitPeer)];
+        ++w.longestWaits;
+        w.waitedOnNs += static_cast<double>(e->maxWaitNs);
+      }
+      const int64_t entry = comm.ranks[r]->toRank0(e->enterNs);
+      for (size_t p = 0; p < e->firstArrivalNs.size() && p < n; ++p) {
+        if (p == r || !e->firstArrivalNs[p]) continue;
+        int64_t delay = *e->firstArrivalNs[p] - entry;
+        if (t.arrival[p] && t.arrival[r]) {
+          const int64_t senderLate = *t.arrival[p] - *t.arrival[r];
+          if (senderLate > a.clockUncertaintyNs) delay -= senderLate;
+        }
+        delay = std::max<int64_t>(delay, 0);
+        delays[p].push_back(delay);
+        auto& pair = pairs[{static_cast<int>(p), static_cast<int>(r)}];
+        pair.first += static_cast<double>(delay);
+        ++pair.second;
+      }
+    }
+  }
+  for (size_t p = 0; p < n; ++p) {
+    PeerStats& s = a.peers[p];
+    s.arrivals = delays[p].size();
+    if (!delays[p].empty()) describe(delays[p], &s.meanDataNs, &s.maxDataNs, &s.p99DataNs);
+  }
+  for (const auto& [key, v] : pairs) {
+    const double mean = v.first / static_cast<double>(v.second);
+    if (a.slowestLink.from < 0 || mean > a.slowestLink.meanDataNs)
+      a.slowestLink = {key.first, key.second, v.second, mean};
   }
 }
 
@@ -210,6 +255,16 @@ std::vector<RankStats> Analysis::stragglersByImpact() const {
   return v;
 }
 
+std::vector<PeerStats> Analysis::sendersByDataDelay() const {
+  std::vector<PeerStats> v;
+  for (const PeerStats& p : peers)
+    if (p.arrivals > 0) v.push_back(p);
+  std::stable_sort(v.begin(), v.end(), [](const PeerStats& x, const PeerStats& y) {
+    return x.meanDataNs > y.meanDataNs;
+  });
+  return v;
+}
+
 Analysis analyze(const CommTrace& comm) {
   Analysis a;
   a.nranks = comm.nranks;
@@ -264,6 +319,7 @@ Analysis analyze(const CommTrace& comm) {
     a.ops.push_back(std::move(t));
   }
   summarize(a, skews);
+  peerDelays(comm, a);
   return a;
 }
 

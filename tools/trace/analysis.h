@@ -92,6 +92,30 @@ struct StuckFinding {
   std::string firstError;      // the lowest failed rank's error text
 };
 
+// What one rank's data cost its receivers. A slow link delays data, not entry, so it shows
+// here rather than in the straggler table. For every operation and every receiver whose record
+// has the first arrival from this rank: data delay = that arrival minus the receiver's own entry
+// (one clock: exact), less the sender's lateness (its entry minus the receiver's) where that
+// exceeds the clock uncertainty, never below 0. Waits: the records whose longest single wait was
+// on this rank (waitPeer), and those waits summed. In a ring a delay propagates, so every rank
+// waits on its predecessor; the first data locates the slow sender.
+struct PeerStats {
+  int rank = 0;
+  uint64_t arrivals = 0;  // (operation, receiver) pairs with a first arrival from this rank
+  double meanDataNs = 0;
+  int64_t p99DataNs = 0;
+  int64_t maxDataNs = 0;
+  uint64_t longestWaits = 0;
+  double waitedOnNs = 0;
+};
+
+// The (sender, receiver) pair whose data came latest on average.
+struct SlowLink {
+  int from = -1, to = -1;  // -1: no first arrival recorded at all
+  uint64_t ops = 0;
+  double meanDataNs = 0;
+};
+
 struct LastSeen {
   int rank = 0;
   bool dumped = false;
@@ -112,10 +136,14 @@ struct Analysis {
   std::vector<StuckFinding> stuck;
   std::vector<int> noDump;         // ranks with no dump
   std::vector<LastSeen> lastSeen;  // by rank
+  std::vector<PeerStats> peers;    // by rank
+  SlowLink slowestLink;
 
   ExitCode verdict() const;
   // Ranks by wait caused, largest first (ties: more often last, then lower rank).
   std::vector<RankStats> stragglersByImpact() const;
+  // Senders by mean data delay, largest first; only those with a first arrival recorded.
+  std::vector<PeerStats> sendersByDataDelay() const;
 };
 
 Analysis analyze(const CommTrace& comm);

@@ -89,6 +89,24 @@ void stragglerTable(std::ostream& o, const Analysis& a, size_t i) {
     o << "<p class=\"slowest\">" << htmlEscape(s) << "</p>\n";
 }
 
+void dataTable(std::ostream& o, const Analysis& a, size_t i) {
+  const std::vector<PeerStats> order = a.sendersByDataDelay();
+  if (order.empty()) return;
+  o << "<h3>Data per sender</h3>\n<table id=\"senders" << idSuffix(i)
+    << "\" class=\"senders\">\n<thead><tr><th>rank</th><th>first arrivals</th>"
+    << "<th>mean data delay (us)</th><th>p99 data delay (us)</th><th>max data delay (us)</th>"
+    << "<th>longest waits on it</th><th>waited on it (us)</th></tr></thead>\n<tbody>\n";
+  for (const PeerStats& p : order)
+    o << "<tr data-rank=\"" << p.rank << "\"><td>" << p.rank << "</td><td>" << p.arrivals
+      << "</td><td>" << usText(p.meanDataNs) << "</td><td>"
+      << usText(static_cast<double>(p.p99DataNs)) << "</td><td>"
+      << usText(static_cast<double>(p.maxDataNs)) << "</td><td>" << p.longestWaits
+      << "</td><td>" << usText(p.waitedOnNs) << "</td></tr>\n";
+  o << "</tbody></table>\n";
+  if (std::string s = slowestLinkLine(a); !s.empty())
+    o << "<p class=\"slowest-link\">" << htmlEscape(s) << "</p>\n";
+}
+
 void skewTable(std::ostream& o, const Analysis& a) {
   if (a.skew.empty()) return;
   o << "<h3>Skew per operation</h3>\n<table class=\"skew\"><thead><tr><th>operation</th>"
@@ -120,6 +138,7 @@ void section(std::ostream& o, const CommReport& r, size_t i) {
     << "\" data-ranks=\"" << a.nranks << "\" data-ops=\"" << a.ops.size() << "\"></div></div>\n"
     << "<noscript><p>The heatmap is drawn by JavaScript.</p></noscript>\n";
   stragglerTable(o, a, i);
+  dataTable(o, a, i);
   skewTable(o, a);
   o << "<h3>Hang analysis</h3>\n<ul class=\"findings\">\n";
   for (const std::string& l : lastSeenLines(a)) o << "<li>" << htmlEscape(l) << "</li>\n";

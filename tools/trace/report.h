@@ -37,6 +37,8 @@ std::string htmlReport(const std::vector<CommReport>& reports);
 std::vector<std::string> lastSeenLines(const Analysis& a);
 std::vector<std::string> findingLines(const Analysis& a, size_t limit);
 std::string slowestLine(const Analysis& a);
+// The (sender, receiver) pair whose first data came latest ("" when none was recorded).
+std::string slowestLinkLine(const Analysis& a);
 
 // Text for HTML: & < > " escaped.
 std::string htmlEscape(const std::string& s);

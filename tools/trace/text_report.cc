@@ -43,6 +43,23 @@ void writeStragglers(std::ostream& out, const Analysis& a) {
         << " us: " << a.belowUncertainty << " operations within it are charged to no rank\n";
 }
 
+// Only when some dump recorded first arrivals (older dumps and synthetic ones may not).
+void writeDataDelays(std::ostream& out, const Analysis& a) {
+  const std::vector<PeerStats> order = a.sendersByDataDelay();
+  if (order.empty()) return;
+  out << "Data per sender (data = its first data at a receiver minus the receiver's entry, less "
+         "the sender's lateness beyond the clock uncertainty)\n";
+  out << fmt("  %4s %8s %12s %12s %12s %13s %15s\n", "rank", "arrivals", "data_mean_us",
+             "data_p99_us", "data_max_us", "longest_waits", "waited_on_us");
+  for (const PeerStats& p : order)
+    out << fmt("  %4d %8llu %12s %12s %12s %13llu %15s\n", p.rank,
+               static_cast<unsigned long long>(p.arrivals), usText(p.meanDataNs).c_str(),
+               usText(static_cast<double>(p.p99DataNs)).c_str(),
+               usText(static_cast<double>(p.maxDataNs)).c_str(),
+               static_cast<unsigned long long>(p.longestWaits), usText(p.waitedOnNs).c_str());
+  if (std::string s = slowestLinkLine(a); !s.empty()) out << "  " << s << "\n";
+}
+
 void writeSkew(std::ostream& out, const Analysis& a) {
   if (a.skew.empty()) return;
   out << "Skew per operation (skew = last entry minus first entry)\n";
@@ -127,6 +144,14 @@ std::string slowestLine(const Analysis& a) {
          usText(top.waitCausedNs) + " us of waiting";
 }
 
+std::string slowestLinkLine(const Analysis& a) {
+  const SlowLink& l = a.slowestLink;
+  if (l.from < 0) return "";
+  return "slowest data: rank " + std::to_string(l.from) + " -> rank " + std::to_string(l.to) +
+         ", first data " + usText(l.meanDataNs) + " us after entry on average over " +
+         std::to_string(l.ops) + " operations";
+}
+
 std::string usText(double ns) { return fmt("%.1f", ns / 1000.0); }
 
 void writeText(std::ostream& out, const std::vector<CommReport>& reports, size_t maxFindings) {
@@ -137,6 +162,7 @@ void writeText(std::ostream& out, const std::vector<CommReport>& reports, size_t
     out << "== communicator " << c.label() << ": " << c.nranks << " ranks, dumps from "
         << c.nranks - static_cast<int>(a.noDump.size()) << ", " << seqRange(a) << " ==\n";
     writeStragglers(out, a);
+    writeDataDelays(out, a);
     writeSkew(out, a);
     out << "Hang analysis\n";
     for (const std::string& l : lastSeenLines(a)) out << "  " << l << "\n";

@@ -35,6 +35,11 @@ struct alignas(64) ShmDirectHeader {
   char pad2[60];
   std::atomic<uint64_t> lastSeq;  // the last operation this rank completed
   char pad3[56];
+  // By round parity: where this round's input is. Token 0: in this region's buffer; else in
+  // this rank's loomMemAlloc buffer `token` (src/mem), at byte `offset`.
+  uint64_t inputToken[2];
+  uint64_t inputOffset[2];
+  char pad4[32];
   ShmLLLine ll[2];                // by round parity
 };
 

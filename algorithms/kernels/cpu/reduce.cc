@@ -12,6 +12,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include "algorithms/kernels/cpu/reduce_isa.h"
 
 // PreMulSum multiplies then adds; a fused multiply-add would round once instead of twice and
@@ -47,6 +51,13 @@ struct ScalarKernel {
 constexpr internal::KernelSet kScalarKernels{"scalar", ReduceWith<ScalarKernel>,
                                              ReduceManyWith<ScalarKernel>};
 
+#if defined(__x86_64__) && defined(__GNUC__)
+bool cpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 bool CpuSupports(internal::Isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
@@ -54,7 +65,9 @@ bool CpuSupports(internal::Isa isa) {
     case internal::Isa::kScalar:
       return true;
     case internal::Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      // F16C from CPUID: clang before 15 has no "f16c" for __builtin_cpu_supports, and the
+      // fuzz build (tests/fuzz) uses clang 14.
+      return __builtin_cpu_supports("avx2") && cpuHasF16c();
     case internal::Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   }

@@ -1,0 +1,210 @@
+"""Turns the caller's buffers into (address, element count, Loom data type).
+
+Anything that exposes the buffer protocol works (bytearray, array.array,
+memoryview, NumPy arrays, mmap, ...): it must be C-contiguous, writable where
+Loom writes into it, and its format gives the data type unless `dtype` names
+one. A `Pointer` passes raw memory (how the PyTorch layer passes tensors).
+"""
+
+import ctypes
+import enum
+import sys
+import threading
+
+from .errors import LoomError, INVALID_ARGUMENT
+
+
+class DataType(enum.IntEnum):
+    """loomDataType_t."""
+
+    INT8 = 0
+    UINT8 = 1
+    INT32 = 2
+    UINT32 = 3
+    INT64 = 4
+    UINT64 = 5
+    FLOAT16 = 6
+    FLOAT32 = 7
+    FLOAT64 = 8
+    BFLOAT16 = 9
+    FLOAT8_E4M3 = 10
+    FLOAT8_E5M2 = 11
+
+
+SIZES = {
+    DataType.INT8: 1, DataType.UINT8: 1, DataType.INT32: 4, DataType.UINT32: 4,
+    DataType.INT64: 8, DataType.UINT64: 8, DataType.FLOAT16: 2, DataType.FLOAT32: 4,
+    DataType.FLOAT64: 8, DataType.BFLOAT16: 2, DataType.FLOAT8_E4M3: 1, DataType.FLOAT8_E5M2: 1,
+}
+
+_NAMES = {
+    "int8": DataType.INT8, "char": DataType.INT8, "uint8": DataType.UINT8,
+    "int32": DataType.INT32, "int": DataType.INT32, "uint32": DataType.UINT32,
+    "int64": DataType.INT64, "uint64": DataType.UINT64,
+    "float16": DataType.FLOAT16, "half": DataType.FLOAT16,
+    "float32": DataType.FLOAT32, "float": DataType.FLOAT32,
+    "float64": DataType.FLOAT64, "double": DataType.FLOAT64,
+    "bfloat16": DataType.BFLOAT16,
+    "float8_e4m3": DataType.FLOAT8_E4M3, "float8_e5m2": DataType.FLOAT8_E5M2,
+}
+
+# Buffer-protocol format codes -> (signed integer, unsigned integer, float) by kind.
+_SIGNED = "bhilqn"
+_UNSIGNED = "BHILQN"
+_INT_BY_SIZE = {1: (DataType.INT8, DataType.UINT8), 4: (DataType.INT32, DataType.UINT32),
+                8: (DataType.INT64, DataType.UINT64)}
+_FLOATS = {"e": DataType.FLOAT16, "f": DataType.FLOAT32, "d": DataType.FLOAT64}
+
+
+def to_dtype(dtype, arg="dtype"):
+    """A DataType from a DataType, its int value, or a name ("float32", "bfloat16", ...)."""
+    if isinstance(dtype, DataType):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in _NAMES:
+        return _NAMES[dtype.lower()]
+    if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in SIZES.keys():
+        return DataType(dtype)
+    raise LoomError(INVALID_ARGUMENT, "%s: %r is not a Loom data type (one of %s)"
+                    % (arg, dtype, ", ".join(sorted(_NAMES))))
+
+
+def dtype_of_format(fmt, itemsize, arg):
+    """The Loom type of a buffer-protocol format, or LoomError naming arg."""
+    code = fmt or "B"
+    prefix = code[0] if code[0] in "@=<>!" else ""
+    code = code[len(prefix):]
+    if (prefix == "<" and sys.byteorder == "big") or (prefix in (">", "!") and sys.byteorder == "little"):
+        raise LoomError(INVALID_ARGUMENT, "%s: format %r is not in this machine's byte order" % (arg, fmt))
+    if len(code) == 1:
+        if code in _FLOATS and SIZES[_FLOATS[code]] == itemsize:
+            return _FLOATS[code]
+        if code in _SIGNED and itemsize in _INT_BY_SIZE:
+            return _INT_BY_SIZE[itemsize][0]
+        if code in _UNSIGNED and itemsize in _INT_BY_SIZE:
+            return _INT_BY_SIZE[itemsize][1]
+    raise LoomError(INVALID_ARGUMENT, "%s: format %r (%d-byte items) has no Loom data type; "
+                    "pass dtype= to read the bytes as one" % (arg, fmt, itemsize))
+
+
+class Pointer:
+    """Raw memory: `count` elements of `dtype` at integer `address`, which the
+    caller keeps alive for the call. For memory that does not expose the buffer
+    protocol (PyTorch tensors: Pointer(t.data_ptr(), t.numel(), "float32"))."""
+
+    __slots__ = ("address", "count", "dtype")
+
+    def __init__(self, address, count, dtype):
+        self.address = int(address)
+        self.count = int(count)
+        self.dtype = to_dtype(dtype)
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p),
+    ]
+
+
+_PyBUF_WRITABLE = 0x0001
+_PyBUF_FORMAT = 0x0004
+_PyBUF_C_CONTIGUOUS = 0x0038
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+# Calls inside loom.group() run at the group's end, so the buffers they name
+# must outlive the calls that queued them: while a group is open on a thread,
+# views are kept (with the reference the export holds on each object) and
+# released when the outermost group ends.
+_group = threading.local()
+
+
+def group_enter():
+    _group.depth = getattr(_group, "depth", 0) + 1
+    if _group.depth == 1:
+        _group.held = []
+
+
+def group_exit():
+    """Ends one level of group; at the outermost, releases the held views."""
+    _group.depth -= 1
+    if _group.depth == 0:
+        held, _group.held = _group.held, []
+        for v in held:
+            v.release()
+
+
+class View:
+    """One buffer held for the length of a call: address, count and dtype.
+    Use as a context manager; the export is released on exit, or at the end of
+    the enclosing loom.group()."""
+
+    def __init__(self, obj, arg, writable, dtype=None):
+        self.arg = arg
+        self._view = None
+        if isinstance(obj, Pointer):
+            if dtype is not None and to_dtype(dtype) != obj.dtype:
+                raise LoomError(INVALID_ARGUMENT, "%s: Pointer holds %s, dtype says %s"
+                                % (arg, obj.dtype.name.lower(), to_dtype(dtype).name.lower()))
+            if obj.count < 0 or (obj.address == 0 and obj.count > 0):
+                raise LoomError(INVALID_ARGUMENT, "%s: Pointer with address %#x and count %d"
+                                % (arg, obj.address, obj.count))
+            self.address, self.count, self.dtype = obj.address, obj.count, obj.dtype
+            return
+        if obj is None:
+            raise LoomError(INVALID_ARGUMENT, "%s: None is not a buffer" % arg)
+        view = _PyBuffer()
+        flags = _PyBUF_C_CONTIGUOUS | _PyBUF_FORMAT | (_PyBUF_WRITABLE if writable else 0)
+        try:
+            _get_buffer(obj, ctypes.byref(view), flags)
+        except (BufferError, TypeError, ValueError) as e:
+            if writable and _readonly(obj):
+                raise LoomError(INVALID_ARGUMENT, "%s: buffer is read-only; Loom writes the "
+                                "result into it" % arg) from None
+            raise LoomError(INVALID_ARGUMENT, "%s: %s object is not a C-contiguous buffer (%s)"
+                            % (arg, type(obj).__name__, e)) from None
+        self._view = view
+        try:
+            fmt = view.format.decode("ascii") if view.format else "B"
+            if dtype is not None:
+                self.dtype = to_dtype(dtype)
+            else:
+                self.dtype = dtype_of_format(fmt, view.itemsize, arg)
+            size = SIZES[self.dtype]
+            if view.len % size:
+                raise LoomError(INVALID_ARGUMENT, "%s: %d bytes is not a whole number of %s elements"
+                                % (arg, view.len, self.dtype.name.lower()))
+            self.address = view.buf or 0
+            self.count = view.len // size
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self):
+        if self._view is not None:
+            _release_buffer(ctypes.byref(self._view))
+            self._view = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if getattr(_group, "depth", 0) > 0 and self._view is not None:
+            _group.held.append(self)
+        else:
+            self.release()
+
+
+def _readonly(obj):
+    try:
+        return memoryview(obj).readonly
+    except TypeError:
+        return False

@@ -1,0 +1,330 @@
+"""Communicators and their collectives over Loom's C API."""
+
+import contextlib
+import ctypes
+import enum
+
+from . import _lib
+from .buffers import View, group_enter, group_exit, to_dtype
+from .errors import LoomError, INVALID_ARGUMENT, check
+
+
+class ReduceOp(enum.IntEnum):
+    """loomRedOp_t's built-in operations."""
+
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+_OP_NAMES = {"sum": ReduceOp.SUM, "prod": ReduceOp.PROD, "product": ReduceOp.PROD,
+             "max": ReduceOp.MAX, "min": ReduceOp.MIN, "avg": ReduceOp.AVG, "mean": ReduceOp.AVG}
+
+
+def _op(op):
+    if isinstance(op, PreMulSum):
+        return op.value
+    if isinstance(op, ReduceOp):
+        return int(op)
+    if isinstance(op, str) and op.lower() in _OP_NAMES:
+        return int(_OP_NAMES[op.lower()])
+    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op < len(ReduceOp):
+        return op
+    raise LoomError(INVALID_ARGUMENT, "op: %r is not a reduction (sum, prod, max, min, avg, "
+                    "a ReduceOp or a PreMulSum)" % (op,))
+
+
+def unique_id():
+    """A new communicator id (128 bytes). The calling process hosts the
+    rendezvous until every rank has joined; pass the bytes to every rank."""
+    uid = _lib.UniqueIdStruct()
+    check(_lib.load().loomGetUniqueId(ctypes.byref(uid)))
+    return ctypes.string_at(ctypes.addressof(uid), _lib.UNIQUE_ID_BYTES)
+
+
+def version():
+    """Loom's version as major * 10000 + minor * 100 + patch."""
+    v = ctypes.c_int()
+    check(_lib.load().loomGetVersion(ctypes.byref(v)))
+    return v.value
+
+
+@contextlib.contextmanager
+def group():
+    """Calls inside the block are issued together at its end (loomGroupStart/End),
+    so matching sends and receives between ranks cannot deadlock. The buffers
+    they name are held until then; a loom.Pointer's memory is the caller's to
+    keep alive."""
+    lib = _lib.load()
+    check(lib.loomGroupStart())
+    group_enter()
+    try:
+        yield
+    finally:
+        try:
+            check(lib.loomGroupEnd())
+        finally:
+            group_exit()
+
+
+def _config(timeout_ms, name, blocking=None):
+    cfg = _lib.ConfigStruct()
+    cfg.size = ctypes.sizeof(_lib.ConfigStruct)
+    cfg.magic = _lib.CONFIG_MAGIC
+    cfg.version = version()
+    cfg.blocking = _lib.CONFIG_UNDEF_INT if blocking is None else int(blocking)
+    cfg._name = name.encode() if name is not None else None  # kept alive with cfg
+    cfg.commName = cfg._name
+    if timeout_ms is not None:
+        if not isinstance(timeout_ms, int) or timeout_ms <= 0:
+            raise LoomError(INVALID_ARGUMENT, "timeout_ms: %r is not a positive int" % (timeout_ms,))
+    cfg.timeoutMs = _lib.CONFIG_UNDEF_INT if timeout_ms is None else timeout_ms
+    return cfg
+
+
+class PreMulSum:
+    """A reduction that multiplies each rank's input by `scalar`, then sums.
+    Made by Communicator.premul_sum; belongs to that communicator and dtype."""
+
+    def __init__(self, comm, value, dtype):
+        self.comm, self.value, self.dtype = comm, value, dtype
+
+    def destroy(self):
+        if self.comm is not None and self.comm._handle:
+            check(_lib.load().loomRedOpDestroy(self.value, self.comm._handle))
+        self.comm = None
+
+
+class Communicator:
+    """One rank of a communicator.
+
+    Communicator(rank, world, unique_id) joins the communicator whose id rank 0
+    (or anyone) made with loom.unique_id(); Communicator.from_env() builds it
+    from a launcher's variables (LOOM_*, torchrun, Open MPI, Slurm). Calls on a
+    communicator block until done; results land in the output buffers.
+    A communicator is used by one thread at a time.
+    """
+
+    def __init__(self, rank, world, unique_id, *, timeout_ms=None, name=None, _handle=None):
+        self._lib = _lib.load()
+        self._handle = None
+        if _handle is not None:
+            self._handle = _handle
+            return
+        for arg, v in (("rank", rank), ("world", world)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise LoomError(INVALID_ARGUMENT, "%s: %r is not an int" % (arg, v))
+        if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != _lib.UNIQUE_ID_BYTES:
+            raise LoomError(INVALID_ARGUMENT, "unique_id: want the %d bytes of loom.unique_id(), got %r"
+                            % (_lib.UNIQUE_ID_BYTES, type(unique_id).__name__ if not isinstance(
+                                unique_id, (bytes, bytearray)) else "%d bytes" % len(unique_id)))
+        uid = _lib.UniqueIdStruct.from_buffer_copy(bytes(unique_id))
+        cfg = _config(timeout_ms, name)
+        h = ctypes.c_void_p()
+        check(self._lib.loomCommInitRankConfig(ctypes.byref(h), world, uid, rank, ctypes.byref(cfg)))
+        self._handle = h.value
+
+    @classmethod
+    def from_env(cls, *, timeout_ms=None, name=None):
+        """This process's rank of the world communicator, from its launcher's variables."""
+        lib = _lib.load()
+        cfg = _config(timeout_ms, name)
+        h = ctypes.c_void_p()
+        check(lib.loomCommInitFromEnv(ctypes.byref(h), ctypes.byref(cfg)))
+        return cls(None, None, None, _handle=h.value)
+
+    # ---- Properties ----
+    def _int(self, fn):
+        v = ctypes.c_int()
+        check(fn(self._h(), ctypes.byref(v)))
+        return v.value
+
+    def _h(self):
+        if not self._handle:
+            raise LoomError(INVALID_ARGUMENT, "comm: the communicator was destroyed")
+        return self._handle
+
+    @property
+    def rank(self):
+        return self._int(self._lib.loomCommUserRank)
+
+    @property
+    def size(self):
+        return self._int(self._lib.loomCommCount)
+
+    world = size
+
+    @property
+    def device(self):
+        """The CUDA device of this rank, -1 without one."""
+        return self._int(self._lib.loomCommCuDevice)
+
+    def async_error(self):
+        """The communicator's stored asynchronous error code (0 when none)."""
+        return self._int(self._lib.loomCommGetAsyncError)
+
+    # ---- Life ----
+    def split(self, color, key=0, *, timeout_ms=None, name=None):
+        """Ranks of one color form a new communicator, ordered by key. color=None
+        (LOOM_SPLIT_NOCOLOR) takes no part and returns None. Collective."""
+        c = -1 if color is None else color
+        if not isinstance(c, int) or c < -1:
+            raise LoomError(INVALID_ARGUMENT, "color: %r is not a non-negative int or None" % (color,))
+        cfg = _config(timeout_ms, name)
+        h = ctypes.c_void_p()
+        check(self._lib.loomCommSplit(self._h(), c, key, ctypes.byref(h), ctypes.byref(cfg)))
+        return Communicator(None, None, None, _handle=h.value) if h.value else None
+
+    def destroy(self):
+        """Frees the communicator (finalizing it first). Safe to call twice."""
+        if self._handle:
+            h, self._handle = self._handle, None
+            check(self._lib.loomCommFinalize(h))
+            check(self._lib.loomCommDestroy(h))
+
+    close = destroy
+
+    def abort(self):
+        """Aborts outstanding operations and frees the communicator; peers see an error."""
+        if self._handle:
+            h, self._handle = self._handle, None
+            check(self._lib.loomCommAbort(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def dump_trace(self, path=None):
+        """Writes this rank's flight recorder as JSON (LOOM_TRACE_DIR when path is None)."""
+        check(self._lib.loomCommDumpTrace(self._h(), path.encode() if path else None))
+
+    def premul_sum(self, scalar, dtype):
+        """A reduction op: sum of scalar * input, for buffers of dtype."""
+        dt = to_dtype(dtype)
+        fmt = {"FLOAT32": ctypes.c_float, "FLOAT64": ctypes.c_double, "INT32": ctypes.c_int32,
+               "UINT32": ctypes.c_uint32, "INT64": ctypes.c_int64, "UINT64": ctypes.c_uint64,
+               "INT8": ctypes.c_int8, "UINT8": ctypes.c_uint8}.get(dt.name)
+        if fmt is None:
+            raise LoomError(INVALID_ARGUMENT, "dtype: premul_sum takes its scalar as a Python "
+                            "number for 8/32/64-bit integer and 32/64-bit float types, not %s"
+                            % dt.name.lower())
+        s = fmt(scalar)
+        op = ctypes.c_int()
+        check(self._lib.loomRedOpCreatePreMulSum(ctypes.byref(op), ctypes.byref(s), int(dt), 1,
+                                                 self._h()))
+        return PreMulSum(self, op.value, dt)
+
+    # ---- Collectives ----
+    @staticmethod
+    def _same(send, recv, want_recv, what):
+        if send.dtype != recv.dtype:
+            raise LoomError(INVALID_ARGUMENT, "recvbuff: holds %s, sendbuff holds %s"
+                            % (recv.dtype.name.lower(), send.dtype.name.lower()))
+        if recv.count != want_recv:
+            raise LoomError(INVALID_ARGUMENT, "recvbuff: %d elements, %s needs %d"
+                            % (recv.count, what, want_recv))
+
+    @contextlib.contextmanager
+    def _views(self, send, recv, dtype):
+        """Views of send and recv (recv None: in place), released on exit."""
+        with View(send, "sendbuff", writable=recv is None, dtype=dtype) as s:
+            if recv is None:
+                yield s, s
+                return
+            with View(recv, "recvbuff", writable=True, dtype=dtype) as r:
+                yield s, r
+
+    def _blocks(self, s):
+        n = self.size
+        if s.count % n:
+            raise LoomError(INVALID_ARGUMENT, "sendbuff: %d elements do not split into %d "
+                            "equal blocks" % (s.count, n))
+        return s.count // n
+
+    def all_reduce(self, send, recv=None, op="sum", *, dtype=None):
+        """recv[i] = op over ranks of send[i]; in place when recv is None."""
+        o = _op(op)
+        with self._views(send, recv, dtype) as (s, r):
+            self._same(s, r, s.count, "all_reduce")
+            check(self._lib.loomAllReduce(s.address, r.address, s.count, s.dtype, o, self._h(),
+                                          None))
+
+    def broadcast(self, send, recv=None, root=0, *, dtype=None):
+        """Copies root's send into every rank's recv (into send when recv is None)."""
+        with self._views(send, recv, dtype) as (s, r):
+            self._same(s, r, s.count, "broadcast")
+            check(self._lib.loomBroadcast(s.address, r.address, s.count, s.dtype,
+                                          self._root(root), self._h(), None))
+
+    def reduce(self, send, recv=None, op="sum", root=0, *, dtype=None):
+        """Reduces every rank's send into root's recv (into send when recv is None)."""
+        o = _op(op)
+        with self._views(send, recv, dtype) as (s, r):
+            self._same(s, r, s.count, "reduce")
+            check(self._lib.loomReduce(s.address, r.address, s.count, s.dtype, o,
+                                       self._root(root), self._h(), None))
+
+    def all_gather(self, send, recv, *, dtype=None):
+        """recv = every rank's send, in rank order (recv holds size * len(send))."""
+        with self._views(send, self._out(recv), dtype) as (s, r):
+            self._same(s, r, s.count * self.size, "all_gather")
+            check(self._lib.loomAllGather(s.address, r.address, s.count, s.dtype, self._h(), None))
+
+    def reduce_scatter(self, send, recv, op="sum", *, dtype=None):
+        """recv = block `rank` of op over ranks of send (send holds size * len(recv))."""
+        o = _op(op)
+        with self._views(send, self._out(recv), dtype) as (s, r):
+            self._same(s, r, self._blocks(s), "reduce_scatter")
+            check(self._lib.loomReduceScatter(s.address, r.address, r.count, s.dtype, o,
+                                              self._h(), None))
+
+    def all_to_all(self, send, recv, *, dtype=None):
+        """Block j of this rank's send goes to rank j, landing in its recv's block `rank`."""
+        with self._views(send, self._out(recv), dtype) as (s, r):
+            self._same(s, r, s.count, "all_to_all")
+            check(self._lib.loomAllToAll(s.address, r.address, self._blocks(s), s.dtype,
+                                         self._h(), None))
+
+    def send(self, buf, peer, *, dtype=None):
+        """Sends buf to peer (matched in order with peer's recv)."""
+        with View(buf, "sendbuff", writable=False, dtype=dtype) as v:
+            check(self._lib.loomSend(v.address, v.count, v.dtype, self._peer(peer), self._h(),
+                                     None))
+
+    def recv(self, buf, peer, *, dtype=None):
+        """Receives len(buf) elements from peer into buf."""
+        with View(buf, "recvbuff", writable=True, dtype=dtype) as v:
+            check(self._lib.loomRecv(v.address, v.count, v.dtype, self._peer(peer), self._h(),
+                                     None))
+
+    def barrier(self):
+        """Returns once every rank has entered the barrier."""
+        check(self._lib.loomBarrier(self._h(), None))
+
+    @staticmethod
+    def _out(recv):
+        if recv is None:
+            raise LoomError(INVALID_ARGUMENT, "recvbuff: None; this collective needs an output "
+                            "buffer of its own size")
+        return recv
+
+    @staticmethod
+    def _root(root):
+        if not isinstance(root, int) or isinstance(root, bool):
+            raise LoomError(INVALID_ARGUMENT, "root: %r is not an int" % (root,))
+        return root
+
+    @staticmethod
+    def _peer(peer):
+        if not isinstance(peer, int) or isinstance(peer, bool):
+            raise LoomError(INVALID_ARGUMENT, "peer: %r is not an int" % (peer,))
+        return peer
+
+    def __repr__(self):
+        if not self._handle:
+            return "<loom.Communicator destroyed>"
+        return "<loom.Communicator rank %d of %d>" % (self.rank, self.size)

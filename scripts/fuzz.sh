@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz) with clang in build-fuzz and runs each for N
+# seconds (default 60) from its seeds in tests/fuzz/corpus/<target>, under AddressSanitizer and
+# UndefinedBehaviorSanitizer, with a 512 MB RSS and a 256 MB single-allocation limit (so an
+# allocation sized by a length field is a finding). Prints the executions per target; exits
+# non-zero if any target crashed, leaked, hung or hit a limit. Crashing inputs are kept in
+# build-fuzz/artifacts/. Needs clang and libclang-rt-14-dev (scripts/setup.sh installs them).
+#   scripts/fuzz.sh [seconds-per-target]      LOOM_FUZZ_JOBS: build parallelism (default nproc)
+#   LOOM_FUZZ_TARGETS="tcp_frame unique_id": run only these
+set -euo pipefail
+secs="${1:-60}"
+case "$secs" in ''|*[!0-9]*) echo "usage: $0 [seconds-per-target]" >&2; exit 2;; esac
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/build-fuzz"
+jobs="${LOOM_FUZZ_JOBS:-$(nproc)}"
+for tool in clang clang++; do
+  command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (run scripts/setup.sh)" >&2; exit 2; }
+done
+
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF \
+  -DLOOM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target loom_fuzz -j "$jobs" >"$build/fuzz-build.log" 2>&1 || {
+  tail -40 "$build/fuzz-build.log" >&2
+  echo "fuzz.sh: build failed (full log: $build/fuzz-build.log)" >&2
+  exit 2
+}
+
+all=(unique_id peer_info bootstrap_root bootstrap_reply tcp_frame topology_xml trace_dump)
+targets=(${LOOM_FUZZ_TARGETS:-${all[@]}})
+mkdir -p "$build/artifacts" "$build/logs"
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+failed=0
+printf '%-16s %12s %10s %8s  %s\n' target executions exec/s corpus result
+for t in "${targets[@]}"; do
+  bin="$build/tests/fuzz/${t}_fuzz"
+  seeds="$root/tests/fuzz/corpus/$t"
+  work="$build/corpus/$t"  # new inputs go here, never into the source tree
+  log="$build/logs/$t.log"
+  if [ ! -x "$bin" ]; then
+    printf '%-16s %12s %10s %8s  %s\n' "$t" - - - "not built"
+    failed=1
+    continue
+  fi
+  mkdir -p "$work"
+  rc=0
+  "$bin" -max_total_time="$secs" -rss_limit_mb=512 -malloc_limit_mb=256 -timeout=25 \
+    -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$work" "$seeds" >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  units=$(find "$work" -type f | wc -l)
+  if [ "$rc" -eq 0 ]; then
+    result=ok
+  else
+    result="FAILED (exit $rc; log $log)"
+    failed=1
+  fi
+  printf '%-16s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$units" "$result"
+  if [ "$rc" -ne 0 ]; then
+    grep -E "ERROR|SUMMARY|runtime error|Test unit written|==[0-9]+==" "$log" | head -20 >&2 || true
+  fi
+done
+exit "$failed"

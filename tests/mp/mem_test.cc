@@ -1,0 +1,125 @@
+// loomMemAlloc buffers: the direct all-reduce reads a rank's input in place from its
+// shared-memory buffer (no copy into Loom's), mixed with ranks whose input is ordinary memory;
+// results are checked against a sum computed here. Bad arguments name themselves, and freed
+// buffers leave nothing in /dev/shm.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace loomtest {
+namespace {
+
+int countMemSegments() {
+  int n = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "loom-mem-", 9) == 0) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+float inputOf(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)); }
+
+// Every rank but `plainRank` passes loomMemAlloc buffers; the count spans several rounds of the
+// direct buffers (LOOM_DIRECT_BYTES = 64 KiB) and ends mid-round.
+int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp_t op) {
+  const size_t count = 16384 * 3 + 5000;
+  const size_t bytes = count * sizeof(float);
+  const bool mine = ctx.rank != plainRank;
+  std::vector<float> plainSend(count), plainRecv(count);
+  float* send = plainSend.data();
+  float* recv = plainRecv.data();
+  if (mine) {
+    void* s = nullptr;
+    void* r = nullptr;
+    if (loomMemAlloc(&s, bytes) != loomSuccess || loomMemAlloc(&r, bytes) != loomSuccess) return 1;
+    send = static_cast<float*>(s);
+    recv = static_cast<float*>(r);
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    for (size_t i = 0; i < count; ++i) send[i] = inputOf(ctx.rank, i + rep);
+    for (size_t i = 0; i < count; ++i) recv[i] = NAN;
+    float* in = inPlace ? recv : send;
+    if (inPlace) std::memcpy(recv, send, bytes);
+    if (loomAllReduce(in, recv, count, loomFloat32, op, ctx.comm, nullptr) != loomSuccess) {
+      fprintf(stderr, "allreduce: %s\n", loomGetLastError(ctx.comm));
+      return 2;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      double want = op == loomMax ? -INFINITY : 0;
+      for (int r = 0; r < ctx.nranks; ++r) {
+        const double v = inputOf(r, i + rep);
+        want = op == loomMax ? std::max(want, v) : want + v;
+      }
+      if (op == loomAvg) want /= ctx.nranks;
+      if (std::fabs(recv[i] - want) > 1e-3 * std::fabs(want) + 1e-3) {
+        fprintf(stderr, "rank %d rep %d: element %zu is %g, expected %g\n", ctx.rank, rep, i,
+                recv[i], want);
+        return 3;
+      }
+    }
+  }
+  if (mine && (loomMemFree(send) != loomSuccess || loomMemFree(recv) != loomSuccess)) return 4;
+  return 0;
+}
+
+struct MemCase {
+  int nranks;
+  int plainRank;  // -1: every rank uses loomMemAlloc
+  bool inPlace;
+  loomRedOp_t op;
+};
+
+class MemAllocTest : public ::testing::TestWithParam<MemCase> {};
+
+TEST_P(MemAllocTest, DirectAllReduceReadsInputsInPlace) {
+  const MemCase c = GetParam();
+  LaunchOptions opts;
+  opts.nranks = c.nranks;
+  opts.env.push_back({"LOOM_DIRECT_BYTES", "65536"});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    return allReduceOnMemAlloc(ctx, c.plainRank, c.inPlace, c.op);
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mem, MemAllocTest,
+    ::testing::Values(MemCase{2, -1, false, loomSum}, MemCase{2, -1, true, loomSum},
+                      MemCase{3, 1, false, loomSum}, MemCase{3, 1, true, loomAvg},
+                      MemCase{4, -1, false, loomMax}, MemCase{4, 0, true, loomSum}),
+    [](const ::testing::TestParamInfo<MemCase>& i) {
+      return std::to_string(i.param.nranks) + "ranks_" +
+             (i.param.plainRank < 0 ? std::string("all") : "plain" + std::to_string(i.param.plainRank)) +
+             (i.param.inPlace ? "_inplace" : "_outofplace") + "_op" + std::to_string(i.param.op);
+    });
+
+TEST(MemAlloc, BadArgumentsAndNoLeftovers) {
+  const int before = countMemSegments();
+  void* p = nullptr;
+  EXPECT_EQ(loomMemAlloc(nullptr, 64), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError(nullptr)).find("ptr"), std::string::npos);
+  EXPECT_EQ(loomMemAlloc(&p, 0), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError(nullptr)).find("size"), std::string::npos);
+  ASSERT_EQ(loomMemAlloc(&p, 1 << 20), loomSuccess);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(countMemSegments(), before + 1);
+  std::memset(p, 7, 1 << 20);
+  std::vector<char> heap(64);
+  EXPECT_EQ(loomMemFree(heap.data()), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError(nullptr)).find("ptr"), std::string::npos);
+  EXPECT_EQ(loomMemFree(p), loomSuccess);
+  EXPECT_EQ(loomMemFree(p), loomInvalidArgument);  // freed already
+  EXPECT_EQ(countMemSegments(), before);
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs the Python package's tests with python3 -m unittest against a built libloom.
+#   run.sh LIBLOOM bindings   test_loom.py, then `pip install` of python/ into a temporary folder
+#                             (offline, --no-build-isolation) and an import of the installed copy
+#   run.sh LIBLOOM torch      test_torch_backend.py; exit 77 (skip) where torch is not installed
+# The interpreter is $LOOM_PYTHON, else Debian's /usr/bin/python3 (where scripts/setup.sh installs
+# python3-numpy and python3-torch), else python3 on PATH.
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 LIBLOOM bindings|torch" >&2; exit 2; }
+lib=$(readlink -f "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../../python" && pwd)
+py=${LOOM_PYTHON:-}
+if [ -z "$py" ]; then
+  if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; else py=$(command -v python3); fi
+fi
+[ -n "$py" ] || { echo "SKIP: no python3"; exit 77; }
+export LOOM_LIBRARY=$lib PYTHONPATH=$src:$here PYTHONDONTWRITEBYTECODE=1
+echo "python: $py ($("$py" --version 2>&1)), LOOM_LIBRARY=$lib"
+
+case $2 in
+  bindings)
+    "$py" -m unittest -v test_loom 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || exit $rc
+    # An offline install of the package, used from outside the source tree.
+    # An interpreter with pip, setuptools and wheel (Debian: python3-pip, python3-wheel).
+    pip_py=
+    for p in "$py" "$(command -v python3)"; do
+      if [ -n "$p" ] && "$p" -c 'import pip, setuptools, wheel' >/dev/null 2>&1; then
+        pip_py=$p
+        break
+      fi
+    done
+    if [ -z "$pip_py" ]; then
+      echo "pip install: not checked (no interpreter with pip, setuptools and wheel)"
+      exit 0
+    fi
+    work=$(mktemp -d /tmp/loom_pip_XXXXXX)
+    trap 'rm -rf "$work"' EXIT
+    cp -r "$src" "$work/src"  # pip builds in place; keep the checkout clean
+    if ! "$pip_py" -m pip install --no-build-isolation --no-deps --no-index --target "$work/site" \
+        "$work/src" >"$work/pip.log" 2>&1; then
+      cat "$work/pip.log"
+      echo "FAIL: pip install --no-build-isolation ./python"
+      exit 1
+    fi
+    (cd "$work" && PYTHONPATH=$work/site "$pip_py" -c '
+import loom, os, sys
+assert loom.__file__.startswith(sys.argv[1]), loom.__file__
+v = loom.version()
+with loom.Communicator(0, 1, loom.unique_id()) as c:
+    b = bytearray(b"\x01\x02"); c.all_reduce(b); assert b == bytearray(b"\x01\x02")
+print("pip install: ok, loom %d from %s" % (v, os.path.dirname(loom.__file__)))' "$work/site") || {
+      echo "FAIL: the pip-installed package does not work"; exit 1; }
+    ;;
+  torch)
+    if ! "$py" -c 'import torch.distributed' >/dev/null 2>&1; then
+      echo "SKIP: torch not installed for $py (scripts/setup.sh installs Debian's python3-torch)"
+      exit 77
+    fi
+    "$py" -m unittest -v test_torch_backend 2>&1
+    ;;
+  *) echo "usage: $0 LIBLOOM bindings|torch" >&2; exit 2 ;;
+esac

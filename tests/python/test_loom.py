@@ -1,0 +1,327 @@
+"""The Python package over real processes: every collective on 2 and 3 ranks,
+checked against a reference computed here in plain Python from every rank's
+inputs; bad arguments raise LoomError naming the argument."""
+
+import array
+import os
+import socket
+import subprocess
+import sys
+import unittest
+
+import loom
+from loom.errors import INVALID_ARGUMENT, INVALID_USAGE
+from ranks import run_ranks, run_process
+
+try:
+    import numpy
+except ImportError:
+    numpy = None
+
+SIGNED = "bilqfd"
+RANKS = (2, 3)
+OPS = ("sum", "prod", "max", "min", "avg")
+
+
+def value(rank, i, typecode):
+    """Rank rank's element i: small integers, exact in every type."""
+    v = (rank * 5 + i * 3 + 1) % 7
+    return v - 3 if typecode in SIGNED else v
+
+
+def inputs(rank, count, typecode):
+    return array.array(typecode, [value(rank, i, typecode) for i in range(count)])
+
+
+def reduce_ref(op, values, floating, scale=1):
+    """op over one element's values from every rank (C division for integer avg)."""
+    vals = [v * scale for v in values]
+    if op == "prod":
+        acc = 1
+        for v in vals:
+            acc *= v
+        return acc
+    if op == "max":
+        return max(vals)
+    if op == "min":
+        return min(vals)
+    total = sum(vals)
+    if op == "avg":
+        return total / len(vals) if floating else int(total / len(vals))
+    return total
+
+
+def close(got, want):
+    return all(abs(g - w) <= 1e-5 * (1 + abs(w)) for g, w in zip(got, want)) and len(got) == len(want)
+
+
+# ---- Rank bodies (run in the forked ranks) ----
+
+def body_all_reduce(comm, rank, n, count):
+    out = {}
+    for tc in "bBiIqQfd":
+        for k, op in enumerate(OPS):
+            send = inputs(rank, count, tc)
+            if k % 2:  # in place
+                comm.all_reduce(send, op=op)
+                out[tc, op] = list(send)
+            else:
+                recv = array.array(tc, [0] * count)
+                comm.all_reduce(send, recv, op=op)
+                out[tc, op] = list(recv)
+    return out
+
+
+def body_rooted(comm, rank, n, count):
+    out = {}
+    for root in range(n):
+        buf = inputs(rank, count, "i")
+        comm.broadcast(buf, root=root)
+        out["bcast", root] = list(buf)
+        recv = array.array("d", [0.0] * count)
+        comm.reduce(inputs(rank, count, "d"), recv, op="max", root=root)
+        out["reduce", root] = list(recv)
+    return out
+
+
+def body_gather_family(comm, rank, n, count):
+    send = inputs(rank, count, "q")
+    gathered = array.array("q", [0] * (count * n))
+    comm.all_gather(send, gathered)
+    rs_in = inputs(rank, count * n, "f")
+    rs_out = array.array("f", [0.0] * count)
+    comm.reduce_scatter(rs_in, rs_out, op="sum")
+    a2a_in = array.array("i", [rank * 1000 + j for j in range(count * n)])
+    a2a_out = array.array("i", [0] * (count * n))
+    comm.all_to_all(a2a_in, a2a_out)
+    return list(gathered), list(rs_out), list(a2a_out)
+
+
+def body_send_recv(comm, rank, n, count):
+    nxt, prev = (rank + 1) % n, (rank - 1) % n
+    got = bytearray(count)
+    with loom.group():
+        comm.send(bytes(inputs(rank, count, "B")), nxt)
+        comm.recv(got, prev)
+    comm.barrier()
+    return list(got)
+
+
+def body_buffers(comm, rank, n):
+    # bytearray (uint8) in place; memoryview over array.array; dtype= over raw bytes.
+    b = bytearray([rank + 1] * 5)
+    comm.all_reduce(b)
+    mv_in = memoryview(array.array("d", [rank + 0.5] * 4))
+    mv_out = memoryview(array.array("d", [0.0] * 4))
+    comm.all_reduce(mv_in, mv_out, op="max")
+    raw = bytearray(array.array("i", [rank + 1] * 3).tobytes())
+    comm.all_reduce(raw, dtype="int32", op=loom.ReduceOp.PROD)
+    return list(b), list(mv_out), list(array.array("i", bytes(raw)))
+
+
+def body_split_premul(comm, rank, n):
+    sub = comm.split(rank % 2, key=-rank)
+    info = (sub.rank, sub.size)
+    x = array.array("i", [rank])
+    sub.all_reduce(x)
+    sub.destroy()
+    op = comm.premul_sum(2.5, "float64")
+    y = array.array("d", [rank + 1.0, 1.0])
+    comm.all_reduce(y, op=op)
+    op.destroy()
+    return info, x[0], list(y)
+
+
+def body_numpy(comm, rank, n):
+    a = numpy.arange(12, dtype=numpy.float32).reshape(3, 4) * (rank + 1)
+    comm.all_reduce(a)
+    g = numpy.zeros((n, 5), dtype=numpy.int64)
+    comm.all_gather(numpy.full(5, rank, dtype=numpy.int64), g)
+    return a.tolist(), g.tolist()
+
+
+class Collectives(unittest.TestCase):
+    def test_all_reduce_every_type_and_op(self):
+        count = 37
+        for n in RANKS:
+            results = run_ranks(n, body_all_reduce, count)
+            for tc in "bBiIqQfd":
+                for op in OPS:
+                    want = [reduce_ref(op, [value(r, i, tc) for r in range(n)], tc in "fd")
+                            for i in range(count)]
+                    for rank in range(n):
+                        got = results[rank][tc, op]
+                        self.assertTrue(close(got, want),
+                                        "n=%d type %s op %s rank %d: %s != %s"
+                                        % (n, tc, op, rank, got[:8], want[:8]))
+
+    def test_broadcast_and_reduce_every_root(self):
+        count = 19
+        for n in RANKS:
+            results = run_ranks(n, body_rooted, count)
+            for root in range(n):
+                for rank in range(n):
+                    self.assertEqual(results[rank]["bcast", root],
+                                     [value(root, i, "i") for i in range(count)])
+                want = [max(value(r, i, "d") for r in range(n)) for i in range(count)]
+                self.assertEqual(results[root]["reduce", root], want)
+
+    def test_all_gather_reduce_scatter_all_to_all(self):
+        count = 11
+        for n in RANKS:
+            results = run_ranks(n, body_gather_family, count)
+            for rank, (gathered, rs, a2a) in enumerate(results):
+                self.assertEqual(gathered, [value(r, i, "q") for r in range(n) for i in range(count)])
+                want_rs = [sum(value(r, rank * count + i, "f") for r in range(n)) for i in range(count)]
+                self.assertTrue(close(rs, want_rs), "%s != %s" % (rs, want_rs))
+                self.assertEqual(a2a, [src * 1000 + rank * count + i
+                                       for src in range(n) for i in range(count)])
+
+    def test_send_recv_ring_and_barrier(self):
+        count = 4099
+        for n in RANKS:
+            results = run_ranks(n, body_send_recv, count)
+            for rank in range(n):
+                self.assertEqual(results[rank], [value((rank - 1) % n, i, "B") for i in range(count)])
+
+    def test_bytearray_memoryview_and_explicit_dtype(self):
+        n = 2
+        results = run_ranks(n, body_buffers)
+        for b, mx, prod in results:
+            self.assertEqual(b, [3] * 5)
+            self.assertEqual(mx, [1.5] * 4)
+            self.assertEqual(prod, [2] * 3)
+
+    def test_split_and_premul_sum(self):
+        n = 3
+        results = run_ranks(n, body_split_premul)
+        for rank, (info, x, y) in enumerate(results):
+            members = [r for r in range(n) if r % 2 == rank % 2]
+            # key = -rank: the highest old rank comes first.
+            self.assertEqual(info, (sorted(members, reverse=True).index(rank), len(members)))
+            self.assertEqual(x, sum(members))
+            self.assertTrue(close(y, [2.5 * sum(r + 1.0 for r in range(n)), 2.5 * n]), y)
+
+    @unittest.skipIf(numpy is None, "numpy not installed (scripts/setup.sh installs python3-numpy)")
+    def test_numpy_arrays(self):
+        n = 2
+        results = run_ranks(n, body_numpy)
+        want = [[float(v * 3) for v in range(r * 4, r * 4 + 4)] for r in range(3)]
+        for a, g in results:
+            self.assertEqual(a, want)
+            self.assertEqual(g, [[r] * 5 for r in range(n)])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_rank(rank, n, port):
+    os.environ.update(LOOM_RANK=str(rank), LOOM_WORLD_SIZE=str(n),
+                      LOOM_COMM_ID="127.0.0.1:%d" % port)
+    with loom.Communicator.from_env(timeout_ms=60000) as comm:
+        x = array.array("q", [rank + 1])
+        comm.all_reduce(x)
+        return comm.rank, comm.size, x[0]
+
+
+class FromEnv(unittest.TestCase):
+    def test_from_env(self):
+        import multiprocessing
+        n, port = 3, free_port()
+        with multiprocessing.get_context("fork").Pool(n) as pool:
+            res = pool.starmap_async(env_rank, [(r, n, port) for r in range(n)]).get(120)
+        self.assertEqual(res, [(r, n, 6) for r in range(n)])
+
+
+# ---- Errors, each on a one-rank communicator in a forked process ----
+
+def error_cases():
+    uid = loom.unique_id()
+    comm = loom.Communicator(0, 1, uid)
+    f = array.array("f", [1.0, 2.0])
+    cases = {
+        "op": lambda: comm.all_reduce(f, op="median"),
+        "readonly": lambda: comm.all_reduce(f, b"12345678"),
+        "size": lambda: comm.all_reduce(f, array.array("f", [0.0] * 3)),
+        "dtype mismatch": lambda: comm.all_reduce(f, array.array("i", [0, 0])),
+        "format": lambda: comm.all_reduce(array.array("h", [1, 2])),
+        "contiguous": lambda: comm.all_reduce(memoryview(array.array("f", [0.0] * 4))[::2]),
+        "root": lambda: comm.broadcast(f, root=5),
+        "peer": lambda: comm.send(f, 3),
+        "dtype name": lambda: comm.all_reduce(f, dtype="complex64"),
+        "not a buffer": lambda: comm.all_reduce([1.0, 2.0]),
+        "gather size": lambda: comm.all_gather(f, array.array("f", [0.0])),
+        "uid": lambda: loom.Communicator(0, 2, b"short"),
+        "rank": lambda: loom.Communicator(5, 2, uid),
+        "timeout": lambda: loom.Communicator(0, 1, uid, timeout_ms=-1),
+    }
+    out = {}
+    for name, call in cases.items():
+        try:
+            call()
+            out[name] = None
+        except loom.LoomError as e:
+            out[name] = (e.code, e.message)
+    comm.destroy()
+    try:
+        comm.barrier()
+        out["destroyed"] = None
+    except loom.LoomError as e:
+        out["destroyed"] = (e.code, e.message)
+    try:
+        with loom.group():
+            raise KeyboardInterrupt  # leaves the group through finally
+    except KeyboardInterrupt:
+        pass
+    lib = loom._lib.load()
+    out["group end"] = lib.loomGroupEnd()  # the group was closed: this end is unmatched
+    return out
+
+
+class Errors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = run_process(error_cases)
+
+    def expect(self, case, *words, code=INVALID_ARGUMENT):
+        got = self.out[case]
+        self.assertIsNotNone(got, "%s: no LoomError" % case)
+        self.assertEqual(got[0], code, got)
+        for w in words:
+            self.assertIn(w, got[1], "%s: %r does not mention %r" % (case, got[1], w))
+
+    def test_python_side_checks_name_the_argument(self):
+        self.expect("op", "op", "median")
+        self.expect("readonly", "recvbuff", "read-only")
+        self.expect("size", "recvbuff", "3 elements")
+        self.expect("dtype mismatch", "recvbuff", "int32", "float32")
+        self.expect("format", "sendbuff", "'h'")
+        self.expect("contiguous", "sendbuff", "contiguous")
+        self.expect("dtype name", "dtype", "complex64")
+        self.expect("not a buffer", "sendbuff", "list")
+        self.expect("gather size", "recvbuff")
+        self.expect("uid", "unique_id", "5 bytes")
+        self.expect("timeout", "timeout_ms")
+
+    def test_library_errors_carry_loom_message(self):
+        self.expect("root", "root: 5 is outside [0, 1)")
+        self.expect("peer", "peer: 3 is outside [0, 1)")
+        self.expect("rank", "rank: 5 is outside [0, 2)")
+        self.expect("destroyed", "comm")
+        self.assertEqual(self.out["group end"], INVALID_USAGE)
+
+    def test_missing_library_is_named(self):
+        env = dict(os.environ, LOOM_LIBRARY="/nonexistent/libloom.so.0")
+        p = subprocess.run([sys.executable, "-c", "import loom; loom.version()"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("LoomError", p.stderr)
+        self.assertIn("LOOM_LIBRARY", p.stderr)
+        self.assertIn("/nonexistent/libloom.so.0", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
