@@ -8,7 +8,8 @@
 Pure Python over ctypes: no compiled extension. libloom.so.0 is found at
 $LOOM_LIBRARY, then in the source checkout's build trees, then by the loader.
 Buffers are anything with the buffer protocol (bytearray, array.array,
-memoryview, NumPy arrays) or a loom.Pointer; failures raise loom.LoomError
+memoryview, NumPy arrays), anything that exposes DLPack on the CPU (PyTorch
+tensors, ...), or a loom.Pointer; failures raise loom.LoomError
 with Loom's message, which names the argument at fault.
 """
 

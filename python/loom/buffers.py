@@ -3,7 +3,9 @@
 Anything that exposes the buffer protocol works (bytearray, array.array,
 memoryview, NumPy arrays, mmap, ...): it must be C-contiguous, writable where
 Loom writes into it, and its format gives the data type unless `dtype` names
-one. A `Pointer` passes raw memory (how the PyTorch layer passes tensors).
+one. Objects without the buffer protocol that expose DLPack (`__dlpack__`:
+PyTorch tensors, ...) must be in CPU memory and contiguous (see dlpack.py). A
+`Pointer` passes raw memory (how the PyTorch layer passes tensors).
 """
 
 import ctypes
@@ -118,6 +120,9 @@ _get_buffer.restype = ctypes.c_int
 _release_buffer = ctypes.pythonapi.PyBuffer_Release
 _release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
 _release_buffer.restype = None
+_check_buffer = ctypes.pythonapi.PyObject_CheckBuffer
+_check_buffer.argtypes = [ctypes.py_object]
+_check_buffer.restype = ctypes.c_int
 
 
 # Calls inside loom.group() run at the group's end, so the buffers they name
@@ -161,6 +166,14 @@ class View:
             return
         if obj is None:
             raise LoomError(INVALID_ARGUMENT, "%s: None is not a buffer" % arg)
+        if not _check_buffer(obj):
+            from . import dlpack  # imports this module: loaded on first use
+            if dlpack.exposes(obj):
+                # DLPack (PyTorch tensors, ...): borrowed until release, like a view.
+                self._view = dlpack.Borrowed(obj, arg, dtype)
+                self.address, self.count, self.dtype = (self._view.address, self._view.count,
+                                                        self._view.dtype)
+                return
         view = _PyBuffer()
         flags = _PyBUF_C_CONTIGUOUS | _PyBUF_FORMAT | (_PyBUF_WRITABLE if writable else 0)
         try:
@@ -189,9 +202,11 @@ class View:
             raise
 
     def release(self):
-        if self._view is not None:
+        if isinstance(self._view, _PyBuffer):
             _release_buffer(ctypes.byref(self._view))
-            self._view = None
+        elif self._view is not None:
+            self._view.release()
+        self._view = None
 
     def __enter__(self):
         return self

@@ -7,6 +7,8 @@
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOOM_PERF" >&2; exit 2; }
 perf=$1
+# shellcheck source=perf_table_checks.sh
+source "$(dirname "$0")/perf_table_checks.sh"
 if ! command -v mpirun >/dev/null; then
   echo "SKIP: mpirun not found (Debian package openmpi-bin; scripts/setup.sh installs it)"
   exit 77
@@ -40,18 +42,7 @@ fail() {
   failures=$((failures + 1))
 }
 [ $rc -eq 0 ] || fail "mpirun exited with status $rc"
-for r in 0 1 2 3; do
-  grep -qE "^#  Rank +$r Group" <<<"$out" || fail "the header lists no rank $r"
-done
-[ "$(grep -cE '^#  Rank +[0-9]+ Group' <<<"$out")" -eq 4 ] ||
-  fail "the header does not list exactly 4 ranks (one world of 4, not separate runs)"
-for size in 8 1024 1048576; do
-  grep -qE "^ +$size +[0-9]+ +float +sum" <<<"$out" || fail "no table row for $size bytes"
-done
-rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +float +sum' <<<"$out")
-[ "$rows" -eq 18 ] || fail "$rows table rows, want 18 (8 B to 1 MiB, doubling)"
-[ "$(grep -c '^# Out of bounds values : 0 OK' <<<"$out")" -eq 1 ] ||
-  fail "no single '# Out of bounds values : 0 OK' line"
+check_perf_table "$out" 4
 if [ $failures -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Python package's tests with python3 -m unittest against a built libloom.
-#   run.sh LIBLOOM bindings   test_loom.py, then `pip install` of python/ into a temporary folder
-#                             (offline, --no-build-isolation) and an import of the installed copy
+#   run.sh LIBLOOM bindings   test_loom.py and test_dlpack.py, then `pip install` of python/
+#                             into a temporary folder (offline, --no-build-isolation) and an
+#                             import of the installed copy
 #   run.sh LIBLOOM torch      test_torch_backend.py; exit 77 (skip) where torch is not installed
 # The interpreter is $LOOM_PYTHON, else Debian's /usr/bin/python3 (where scripts/setup.sh installs
 # python3-numpy and python3-torch), else python3 on PATH.
@@ -20,7 +21,7 @@ echo "python: $py ($("$py" --version 2>&1)), LOOM_LIBRARY=$lib"
 
 case $2 in
   bindings)
-    "$py" -m unittest -v test_loom 2>&1
+    "$py" -m unittest -v test_loom test_dlpack 2>&1
     rc=$?
     [ $rc -eq 0 ] || exit $rc
     # An offline install of the package, used from outside the source tree.
