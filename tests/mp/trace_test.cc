@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -26,11 +27,19 @@ std::string readFile(const std::string& path) {
   return s.str();
 }
 
-std::string makeTempDir() {
-  char tmpl[] = "/tmp/loom-trace-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d != nullptr ? d : "/tmp";
-}
+// A fresh directory under /tmp, removed with everything in it when the test ends (ranks leave
+// through _exit, so only the test's own process removes it).
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/loom-trace-test-XXXXXX";
+    char* d = mkdtemp(tmpl);
+    path = d != nullptr ? d : "";
+  }
+  ~TempDir() {
+    if (!path.empty()) std::filesystem::remove_all(path);
+  }
+};
 
 constexpr int kOps = 24;
 constexpr int kLateFrom = 6, kLateTo = 16;  // ops [from, to) where rank 2 is late
@@ -79,7 +88,8 @@ int lateRank(RankContext& ctx, size_t count, const std::string& dir) {
 }
 
 TEST(Straggler, LateRankIsNamedSmallMessages) {
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   LaunchOptions opts;
   opts.nranks = 3;
   LaunchResult res = launch(opts, [&](RankContext& ctx) { return lateRank(ctx, 4, dir); });
@@ -87,7 +97,8 @@ TEST(Straggler, LateRankIsNamedSmallMessages) {
 }
 
 TEST(Straggler, LateRankIsNamedLargeMessages) {
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   LaunchOptions opts;
   opts.nranks = 3;
   LaunchResult res = launch(opts, [&](RankContext& ctx) { return lateRank(ctx, 300000, dir); });
@@ -99,7 +110,8 @@ TEST(Straggler, LateRankIsNamedLargeMessages) {
 // much, on rank 0's clock, without an extra message.
 TEST(Straggler, LateRankIsNamedOnTheRingOverTcp) {
   constexpr int kRingOps = 20, kDelayUs = 50000;
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   LaunchOptions opts;
   opts.nranks = 4;
   opts.env.push_back({"LOOM_SHM_DISABLE", "1"});
@@ -145,7 +157,8 @@ TEST(Straggler, LateRankIsNamedOnTheRingOverTcp) {
 // operation, rank 1 and rank 1's last completed operation, and its trace is
 // dumped into LOOM_TRACE_DIR with the operation marked failed.
 TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   LaunchOptions opts;
   opts.nranks = 2;
   opts.timeoutMs = 1500;
@@ -191,7 +204,8 @@ TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
 
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
 TEST(Straggler, Sigusr1DumpsTheTrace) {
-  std::string dir = makeTempDir();
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   LaunchOptions opts;
   opts.nranks = 2;
   opts.env.push_back({"LOOM_TRACE_DIR", dir});
