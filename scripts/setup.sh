@@ -5,7 +5,8 @@ pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev ipr
       openmpi-bin libopenmpi-dev libgloo-dev pkg-config
       libhwloc-dev libxml2-dev nlohmann-json3-dev chromium
       python3-pip python3-setuptools python3-wheel python3-numpy python3-torch
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev
+      libibverbs-dev ibverbs-providers qemu-system-x86 busybox-static cpio)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

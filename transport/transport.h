@@ -29,7 +29,7 @@
 
 namespace loom::transport {
 
-enum class Kind { Shm, Tcp };
+enum class Kind { Shm, Tcp, Ib };
 
 // Arrival news that rides with a slot, so that ranks learn who entered an
 // operation late without an extra message: the earliest and latest entry
@@ -90,6 +90,10 @@ class Connection {
   virtual int fd() const { return -1; }
   // The poll() events progress() can use now (0 when it can do nothing).
   virtual short pollEvents() const { return 0; }
+  // Called before the caller sleeps in poll() on fd(): arms whatever makes
+  // fd() readable on news, then returns true when news came meanwhile (the
+  // caller should progress instead of sleeping).
+  virtual bool prepareWait() { return false; }
 
   // Tells the peer that this rank failed; its waits on us end with an error.
   virtual void markBroken() = 0;

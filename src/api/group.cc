@@ -143,8 +143,9 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   const size_t bytes = count * elemSize;
   int bucket = 0;
   while (bucket < 63 && (size_t{1} << bucket) < bytes) ++bucket;
-  using Key = std::tuple<int, int, size_t, std::vector<Algo>, bool, std::vector<int>>;
-  const Key key{ci, bucket, elemSize, cands, env::shmDisable(), hostOf};
+  using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>>;
+  const Key key{ci, bucket, elemSize, cands,
+                (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0), hostOf};
   static std::mutex m;
   static std::map<Key, Algo> cache;
   {
@@ -156,8 +157,10 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   model.slotBytes = static_cast<size_t>(std::max<int64_t>(env::slotBytes(), 64));
   algo::LinkMap links;
   links.hostOf = hostOf;
-  links.intra = env::shmDisable() ? algo::Link::Tcp : algo::Link::Shm;
-  links.inter = algo::Link::Tcp;
+  links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
+  links.inter = comm.netLink();
+  if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
+    model.links[static_cast<int>(algo::Link::Net)].beta_us_per_byte = 1.0 / (comm.netGbps() / 8 * 1e3);
   Algo best = cands[0];
   double bestUs = 0;
   for (Algo a : cands) {

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <sched.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,9 @@
 #include "comm/topo_setup.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/tcp/tcp_setup.h"
+#ifdef LOOM_HAVE_IB
+#include "transport/ib/ib_setup.h"
+#endif
 #include "util/env.h"
 #include "util/log.h"
 #include "util/net.h"
@@ -26,7 +30,8 @@ std::string PeerInfo::encode() const {
   char ip[INET_ADDRSTRLEN] = "";
   inet_ntop(AF_INET, &tcpAddr.sin_addr, ip, sizeof(ip));
   std::ostringstream o;
-  o << host << '\n' << pid << '\n' << ip << '\n' << ntohs(tcpAddr.sin_port) << '\n' << cudaDev;
+  o << host << '\n' << pid << '\n' << ip << '\n' << ntohs(tcpAddr.sin_port) << '\n' << cudaDev << '\n'
+    << (ib ? 1 : 0);
   return o.str();
 }
 
@@ -34,9 +39,10 @@ Result<PeerInfo> PeerInfo::decode(const std::string& blob) {
   std::istringstream in(blob);
   PeerInfo p;
   std::string ip;
-  int port = 0;
-  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev))
+  int port = 0, ib = 0;
+  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev >> ib))
     return LOOM_ERROR(loomInternalError, "malformed peer information in the rendezvous table");
+  p.ib = ib != 0;
   p.tcpAddr.sin_family = AF_INET;
   p.tcpAddr.sin_port = htons(static_cast<uint16_t>(port));
   if (inet_pton(AF_INET, ip.c_str(), &p.tcpAddr.sin_addr) != 1)
@@ -183,6 +189,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   mine.pid = getpid();
   mine.tcpAddr = c->listener_->address();
   mine.cudaDev = options.cudaDev;
+  LOOM_ASSIGN(mine.ib, wantIb());
 
   LOOM_ASSIGN(c->bootstrap_, bootstrap::Bootstrap::join(id, rank, nranks, mine.encode(),
                                                         options.timeoutMs, &c->aborted_));
@@ -191,13 +198,24 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     c->peers_.push_back(std::move(p));
   }
 
-  // Ranks of this host talk over shared memory (unless disabled), others TCP.
-  std::vector<int> local;
+  // Ranks of this host talk over shared memory (unless disabled); others over ib where both
+  // ends have a port, else TCP.
+  std::vector<int> local, ibPeers;
   std::vector<transport::TcpPeer> remote;
+  bool anyIbPair = false;
+  auto viaNet = [&](int a, int b) {
+    return a != b && (env::shmDisable() || c->peers_[static_cast<size_t>(a)].host !=
+                                               c->peers_[static_cast<size_t>(b)].host);
+  };
+  for (int a = 0; a < nranks && !anyIbPair; ++a)
+    for (int b = a + 1; b < nranks && !anyIbPair; ++b)
+      anyIbPair = viaNet(a, b) && c->peers_[static_cast<size_t>(a)].ib &&
+                  c->peers_[static_cast<size_t>(b)].ib;
   for (int r = 0; r < nranks; ++r) {
-    bool sameHost = c->peers_[static_cast<size_t>(r)].host == mine.host;
-    if (r == rank || (sameHost && !env::shmDisable()))
+    if (!viaNet(rank, r))
       local.push_back(r);
+    else if (mine.ib && c->peers_[static_cast<size_t>(r)].ib)
+      ibPeers.push_back(r);
     else
       remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr});
   }
@@ -228,6 +246,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     c->netConns_.push_back(conn.get());
     c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
   }
+  if (anyIbPair) LOOM_CHECK(c->connectIb(ibPeers, slotBytes, depth));
   // Every TCP peer has connected: stop listening, so a stranger's connection queued there is
   // reset rather than left open, and no port stays open for the communicator's lifetime.
   c->listener_.reset();
@@ -235,13 +254,67 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   LOOM_CHECK(syncClock(*c, deadline));
   LOOM_ASSIGN(c->system_, gatherSystem(*c));
   LOOM_CHECK(c->bootstrap_->barrier());
-  LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu tcp peers, slot %zu B x %zu",
-            c->describe().c_str(), local.size() - 1, remote.size(), slotBytes, depth);
+  LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
+            c->describe().c_str(), local.size() - 1, ibPeers.size(), remote.size(), slotBytes,
+            depth);
   (void)externalAbort;
   return c;
 }
 
 Comm::~Comm() = default;
+
+Result<bool> Comm::wantIb() {
+#ifdef LOOM_HAVE_IB
+  const std::string& net = env::net();
+  if (strcasecmp(net.c_str(), "socket") == 0) return false;
+  std::string why;
+  const bool ok = transport::ib::available(&why);
+  if (strcasecmp(net.c_str(), "ib") == 0 && !ok)
+    return LOOM_ERROR(loomSystemError, "LOOM_NET=IB: the ib transport is unavailable: " + why);
+  if (!net.empty() && strcasecmp(net.c_str(), "ib") != 0)
+    return LOOM_ERROR(loomInvalidArgument, "LOOM_NET=" + net + ": expected IB or Socket");
+  if (!ok) LOOM_INFO(kTransport, "ib transport off: %s", why.c_str());
+  return ok;
+#else
+  if (strcasecmp(env::net().c_str(), "ib") == 0)
+    return LOOM_ERROR(loomSystemError, "LOOM_NET=IB: this build has no ib transport");
+  return false;
+#endif
+}
+
+Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth) {
+#ifdef LOOM_HAVE_IB
+  namespace ib = transport::ib;
+  std::shared_ptr<ib::Device> device;
+  if (!peers.empty()) {
+    std::string why;
+    const ib::Verbs* verbs = ib::loadVerbs(&why);
+    // Ranks of one host spread over its ports, nearest first.
+    int localIndex = 0;
+    for (int r = 0; r < rank_; ++r)
+      localIndex += peers_[static_cast<size_t>(r)].host == peers_[static_cast<size_t>(rank_)].host;
+    const auto ports = ib::listPorts(*verbs, net::NameFilter::parse(env::ibHca(), true),
+                                     !env::ibHca().empty(), net::currentNumaNode());
+    if (ports.empty()) return LOOM_ERROR(loomSystemError, "ib: the active ports have gone");
+    const ib::PortChoice& choice = ports[static_cast<size_t>(localIndex) % ports.size()];
+    LOOM_ASSIGN(device, ib::Device::open(*verbs, choice, static_cast<int>(env::ibGidIndex())));
+    netGbps_ = choice.gbps;
+  }
+  auto gather = [this](const void* mine, void* all, size_t bytes) {
+    return bootstrap_->allGather(mine, all, bytes);
+  };
+  LOOM_ASSIGN(auto conns, ib::connectIb(rank_, nranks_, peers, device, gather, slotBytes, depth));
+  for (auto& conn : conns) {
+    netConns_.push_back(conn.get());
+    conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
+  }
+  if (!peers.empty()) netLink_ = algo::Link::Net;
+  return Status::ok();
+#else
+  (void)peers, (void)slotBytes, (void)depth;
+  return LOOM_ERROR(loomInternalError, "a peer offered ib, which this build lacks");
+#endif
+}
 
 bool Comm::hasDirect() const { return shm_ && shm_->directBytes > 0; }
 

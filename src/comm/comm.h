@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost.h"
 #include "algorithms/kernels/cpu/reduce.h"
 #include "bootstrap/bootstrap.h"
 #include "loom/loom.h"
@@ -40,6 +41,7 @@ struct PeerInfo {
   int pid = 0;
   sockaddr_in tcpAddr{};
   int cudaDev = -1;
+  bool ib = false;  // has an active RDMA port and may use the ib transport
 
   std::string encode() const;
   static Result<PeerInfo> decode(const std::string& blob);
@@ -125,16 +127,24 @@ class Comm {
   // A local peer's last completed operation, or 0 when unknown.
   uint64_t peerLastSeq(int r) const;
 
+  // The link to other hosts (Tcp, or Net over ib) and its rate in Gb/s (0: unknown).
+  algo::Link netLink() const { return netLink_; }
+  double netGbps() const { return netGbps_; }
+
   // A short description for messages: "rank 3 of 8 (name)".
   std::string describe() const;
 
  private:
   Comm() = default;
+  static Result<bool> wantIb();
+  Status connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth);
 
   int rank_ = 0;
   int nranks_ = 1;
   CommOptions options_;
   std::vector<PeerInfo> peers_;
+  algo::Link netLink_ = algo::Link::Tcp;
+  double netGbps_ = 0;
   std::shared_ptr<const topo::System> system_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::unique_ptr<transport::TcpListener> listener_;

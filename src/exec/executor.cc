@@ -64,6 +64,7 @@ void Waiter::block(transport::Connection* conn, bool forSend) {
   nfds_t n = 0;
   for (transport::Connection* c : net) {
     if (n == 64) break;
+    if (c->prepareWait()) return;  // news arrived while arming: progress instead
     short ev = c->pollEvents();
     if (ev != 0) fds[n++] = {c->fd(), ev, 0};
   }

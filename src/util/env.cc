@@ -32,6 +32,21 @@ constexpr Var kVars[] = {
     {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact", "NCCL_SOCKET_IFNAME"},
     {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
     {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory", "NCCL_SHM_DISABLE"},
+    {"LOOM_NET", "",
+     "network transport across hosts: IB (fail if no RDMA port is usable), Socket (TCP), or "
+     "empty: ib where every pair of ranks has an active port, else TCP",
+     "NCCL_NET"},
+    {"LOOM_IB_DISABLE", "0", "1: never use the ib transport", "NCCL_IB_DISABLE"},
+    {"LOOM_IB_HCA", "",
+     "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (prefixes), ^ excludes, = exact names; "
+     "ranks of one host spread over the ports chosen",
+     "NCCL_IB_HCA"},
+    {"LOOM_IB_GID_INDEX", "-1",
+     "RoCE GID index (-1: the first RoCE v2 GID with an IPv4 address)", "NCCL_IB_GID_INDEX"},
+    {"LOOM_IB_TIMEOUT", "14",
+     "ib retransmission timeout exponent: 4.096 us x 2^N per try", "NCCL_IB_TIMEOUT"},
+    {"LOOM_IB_RETRY_CNT", "7", "ib retransmissions before a link is declared lost",
+     "NCCL_IB_RETRY_CNT"},
     {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)", "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
@@ -126,6 +141,15 @@ LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
 LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")
 LOOM_ENV_INT(spinCount, "LOOM_SPIN_COUNT")
+LOOM_ENV_STRING(net, "LOOM_NET")
+LOOM_ENV_STRING(ibHca, "LOOM_IB_HCA")
+LOOM_ENV_INT(ibGidIndex, "LOOM_IB_GID_INDEX")
+LOOM_ENV_INT(ibTimeout, "LOOM_IB_TIMEOUT")
+LOOM_ENV_INT(ibRetryCnt, "LOOM_IB_RETRY_CNT")
+bool ibDisable() {
+  static const bool value = toInt("LOOM_IB_DISABLE") != 0;
+  return value;
+}
 bool shmDisable() {
   static const bool value = toInt("LOOM_SHM_DISABLE") != 0;
   return value;

@@ -23,6 +23,12 @@ bool shmDisable();                   // LOOM_SHM_DISABLE
 int64_t slotBytes();                 // LOOM_SLOT_BYTES
 int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
 int64_t spinCount();                 // LOOM_SPIN_COUNT
+const std::string& net();            // LOOM_NET ("", "IB" or "Socket")
+bool ibDisable();                    // LOOM_IB_DISABLE
+const std::string& ibHca();          // LOOM_IB_HCA
+int64_t ibGidIndex();                // LOOM_IB_GID_INDEX
+int64_t ibTimeout();                 // LOOM_IB_TIMEOUT
+int64_t ibRetryCnt();                // LOOM_IB_RETRY_CNT
 const std::string& scheduleDump();   // LOOM_SCHEDULE_DUMP
 const std::string& algo();           // LOOM_ALGO
 const std::string& proto();          // LOOM_PROTO

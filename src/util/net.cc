@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <sched.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -19,44 +20,6 @@
 namespace loom::net {
 namespace {
 
-// LOOM_SOCKET_IFNAME parsed: "^" excludes, "=" matches whole names, else prefixes.
-struct IfnameSpec {
-  bool exclude = false;
-  bool exact = false;
-  std::vector<std::string> names;
-
-  bool matches(const std::string& ifname) const {
-    bool hit = false;
-    for (const std::string& n : names) {
-      if (exact ? ifname == n : ifname.compare(0, n.size(), n) == 0) {
-        hit = true;
-        break;
-      }
-    }
-    return hit != exclude;
-  }
-};
-
-IfnameSpec parseSpec(const std::string& text) {
-  IfnameSpec spec;
-  size_t pos = 0;
-  if (pos < text.size() && text[pos] == '^') {
-    spec.exclude = true;
-    ++pos;
-  }
-  if (pos < text.size() && text[pos] == '=') {
-    spec.exact = true;
-    ++pos;
-  }
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > pos) spec.names.push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return spec;
-}
-
 struct Candidate {
   std::string name;
   std::string address;
@@ -70,6 +33,50 @@ std::string dotted(const in_addr& a) {
 }
 
 }  // namespace
+
+NameFilter NameFilter::parse(const std::string& text, bool withPorts) {
+  NameFilter f;
+  size_t pos = 0;
+  if (pos < text.size() && text[pos] == '^') {
+    f.exclude = true;
+    ++pos;
+  }
+  if (pos < text.size() && text[pos] == '=') {
+    f.exact = true;
+    ++pos;
+  }
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) {
+      Entry e{text.substr(pos, comma - pos), -1};
+      size_t colon = withPorts ? e.name.rfind(':') : std::string::npos;
+      if (colon != std::string::npos) {
+        char* end = nullptr;
+        long port = std::strtol(e.name.c_str() + colon + 1, &end, 10);
+        if (colon + 1 < e.name.size() && *end == '\0' && port > 0 && port < 256) {
+          e.port = static_cast<int>(port);
+          e.name.resize(colon);
+        }
+      }
+      if (!e.name.empty()) f.entries.push_back(std::move(e));
+    }
+    pos = comma + 1;
+  }
+  return f;
+}
+
+bool NameFilter::matches(const std::string& name, int port) const {
+  bool hit = false;
+  for (const Entry& e : entries) {
+    const bool nameHit = exact ? name == e.name : name.compare(0, e.name.size(), e.name) == 0;
+    if (nameHit && (e.port < 0 || port < 0 || e.port == port)) {
+      hit = true;
+      break;
+    }
+  }
+  return hit != exclude;
+}
 
 Result<std::string> localAddress() {
   ifaddrs* list = nullptr;
@@ -86,7 +93,7 @@ Result<std::string> localAddress() {
   freeifaddrs(list);
 
   const std::string& ifname = env::socketIfname();
-  IfnameSpec spec = parseSpec(ifname);
+  NameFilter spec = NameFilter::parse(ifname, false);
   const Candidate* pick = nullptr;
   // A non-loopback match first; loopback only when nothing else matches.
   for (int pass = 0; pass < 2 && pick == nullptr; ++pass) {
@@ -171,6 +178,17 @@ int freeLoopbackPort() {
     port = ntohs(addr.sin_port);
   close(fd);
   return port;
+}
+
+int currentNumaNode() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return -1;
+  const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu);
+  for (int node = 0; node < 1024; ++node) {
+    struct stat st;
+    if (stat((dir + "/node" + std::to_string(node)).c_str(), &st) == 0) return node;
+  }
+  return -1;
 }
 
 }  // namespace loom::net

@@ -5,10 +5,30 @@
 #include <netinet/in.h>
 
 #include <string>
+#include <vector>
 
 #include "util/status.h"
 
 namespace loom::net {
+
+// A list of names in NCCL's selection syntax, as LOOM_SOCKET_IFNAME and
+// LOOM_IB_HCA take it: comma-separated prefixes ("eth,ib"); a leading "^"
+// excludes the names listed; a leading "=" matches whole names only. With
+// ports, an entry may end in ":N" (a device's port: "mlx5_0:1"), and then
+// matches that port only.
+struct NameFilter {
+  struct Entry {
+    std::string name;
+    int port = -1;  // -1: any port
+  };
+  bool exclude = false;
+  bool exact = false;
+  std::vector<Entry> entries;
+
+  static NameFilter parse(const std::string& text, bool withPorts);
+  // Whether `name` (and `port`, -1 when it has none) is selected.
+  bool matches(const std::string& name, int port = -1) const;
+};
 
 // The IPv4 address Loom listens on and advertises. LOOM_SOCKET_IFNAME selects
 // interfaces as NCCL_SOCKET_IFNAME does (comma-separated prefixes; a leading ^
@@ -27,6 +47,9 @@ std::string hostIdentity();
 Result<sockaddr_in> parseHostPort(const std::string& hostPort, const char* argName);
 
 std::string toString(const sockaddr_in& addr);  // "10.0.0.1:4242"
+
+// The NUMA node of the CPU this thread runs on, or -1 when unknown.
+int currentNumaNode();
 
 // A TCP port on 127.0.0.1 that was free a moment ago (for tests and local launchers), or -1.
 int freeLoopbackPort();

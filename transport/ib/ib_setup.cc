@@ -1,0 +1,214 @@
+#include "transport/ib/ib_setup.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "transport/ib/ib_connection.h"
+#include "util/env.h"
+#include "util/log.h"
+
+namespace loom::transport::ib {
+namespace {
+
+std::string readSysfs(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+bool zeroGid(const ibv_gid& g) {
+  for (uint8_t b : g.raw)
+    if (b != 0) return false;
+  return true;
+}
+
+bool ipv4Gid(const ibv_gid& g) {
+  for (int i = 0; i < 10; ++i)
+    if (g.raw[i] != 0) return false;
+  return g.raw[10] == 0xff && g.raw[11] == 0xff;
+}
+
+}  // namespace
+
+double portGbps(uint8_t activeWidth, uint16_t activeSpeed) {
+  int lanes = 0;
+  switch (activeWidth) {
+    case 1: lanes = 1; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    case 16: lanes = 2; break;
+    default: return 0;
+  }
+  double perLane = 0;
+  switch (activeSpeed) {
+    case 1: perLane = 2.5; break;    // SDR
+    case 2: perLane = 5; break;      // DDR
+    case 4: perLane = 10; break;     // QDR
+    case 8: perLane = 10; break;     // FDR10
+    case 16: perLane = 14; break;    // FDR
+    case 32: perLane = 25; break;    // EDR
+    case 64: perLane = 50; break;    // HDR
+    case 128: perLane = 100; break;  // NDR
+    case 256: perLane = 200; break;  // XDR
+    default: return 0;
+  }
+  return lanes * perLane;
+}
+
+int pickGid(int wanted, const std::vector<std::string>& types, const std::vector<ibv_gid>& gids) {
+  if (wanted >= 0) return wanted < static_cast<int>(gids.size()) ? wanted : -1;
+  auto v2 = [&](size_t i) { return i < types.size() && types[i] == "RoCE v2"; };
+  for (size_t i = 0; i < gids.size(); ++i)
+    if (v2(i) && ipv4Gid(gids[i])) return static_cast<int>(i);
+  for (size_t i = 0; i < gids.size(); ++i)
+    if (v2(i) && !zeroGid(gids[i])) return static_cast<int>(i);
+  for (size_t i = 0; i < gids.size(); ++i)
+    if (!zeroGid(gids[i])) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<PortChoice> listPorts(const Verbs& v, const net::NameFilter& filter, bool anyFilter,
+                                  int numaNode) {
+  std::vector<PortChoice> out;
+  int n = 0;
+  ibv_device** list = v.getDeviceList(&n);
+  if (list == nullptr) return out;
+  for (int d = 0; d < n; ++d) {
+    const std::string name = v.getDeviceName(list[d]);
+    ibv_context* ctx = v.openDevice(list[d]);
+    if (ctx == nullptr) continue;
+    ibv_device_attr da{};
+    if (v.queryDevice(ctx, &da) == 0) {
+      for (int p = 1; p <= da.phys_port_cnt; ++p) {
+        if (anyFilter && !filter.matches(name, p)) continue;
+        ibv_port_attr pa{};
+        if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0 || pa.state != IBV_PORT_ACTIVE)
+          continue;
+        PortChoice c;
+        c.device = name;
+        c.port = p;
+        const std::string numa = readSysfs("/sys/class/infiniband/" + name + "/device/numa_node");
+        c.numaNode = numa.empty() ? -1 : std::atoi(numa.c_str());
+        c.gbps = portGbps(pa.active_width, pa.active_speed);
+        c.ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+        out.push_back(c);
+      }
+    }
+    v.closeDevice(ctx);
+  }
+  v.freeDeviceList(list);
+  std::stable_sort(out.begin(), out.end(), [&](const PortChoice& a, const PortChoice& b) {
+    const bool an = numaNode >= 0 && a.numaNode == numaNode;
+    const bool bn = numaNode >= 0 && b.numaNode == numaNode;
+    if (an != bn) return an;
+    return std::tie(a.device, a.port) < std::tie(b.device, b.port);
+  });
+  return out;
+}
+
+bool available(std::string* why) {
+  if (env::ibDisable()) {
+    *why = "LOOM_IB_DISABLE=1";
+    return false;
+  }
+  const Verbs* v = loadVerbs(why);
+  if (v == nullptr) return false;
+  static std::once_flag once;
+  static bool any = false;
+  std::call_once(once, [v] {
+    any = !listPorts(*v, net::NameFilter::parse(env::ibHca(), true), !env::ibHca().empty(), -1)
+               .empty();
+  });
+  if (!any)
+    *why = env::ibHca().empty() ? "no active RDMA port"
+                                : "no active RDMA port matches LOOM_IB_HCA=" + env::ibHca();
+  return any;
+}
+
+Result<std::shared_ptr<Device>> Device::open(const Verbs& v, const PortChoice& choice,
+                                             int gidIndex) {
+  std::shared_ptr<Device> d(new Device());
+  d->verbs_ = &v;
+  d->choice_ = choice;
+  int n = 0;
+  ibv_device** list = v.getDeviceList(&n);
+  for (int i = 0; list != nullptr && i < n && d->ctx_ == nullptr; ++i)
+    if (choice.device == v.getDeviceName(list[i])) d->ctx_ = v.openDevice(list[i]);
+  if (list != nullptr) v.freeDeviceList(list);
+  if (d->ctx_ == nullptr)
+    return LOOM_ERROR(loomSystemError, "cannot open RDMA device " + choice.device);
+  const uint8_t port = static_cast<uint8_t>(choice.port);
+  if (v.queryPort(d->ctx_, port, &d->attr_) != 0)
+    return LOOM_ERROR(loomSystemError, "cannot query " + choice.device + " port " +
+                                           std::to_string(choice.port));
+  if (choice.ethernet || gidIndex >= 0) {
+    std::vector<std::string> types;
+    std::vector<ibv_gid> gids;
+    const std::string base = "/sys/class/infiniband/" + choice.device + "/ports/" +
+                             std::to_string(choice.port) + "/gid_attrs/types/";
+    for (int i = 0; i < d->attr_.gid_tbl_len && i < 256; ++i) {
+      ibv_gid g{};
+      if (v.queryGid(d->ctx_, port, i, &g) != 0) break;
+      gids.push_back(g);
+      types.push_back(readSysfs(base + std::to_string(i)));
+    }
+    d->gidIndex_ = pickGid(gidIndex, types, gids);
+    if (d->gidIndex_ < 0)
+      return LOOM_ERROR(loomInvalidArgument,
+                        gidIndex >= 0 ? "LOOM_IB_GID_INDEX=" + std::to_string(gidIndex) +
+                                            ": " + choice.device + " has no such GID"
+                                      : choice.device + " has no usable GID");
+    d->gid_ = gids[static_cast<size_t>(d->gidIndex_)];
+  }
+  d->pd_ = v.allocPd(d->ctx_);
+  if (d->pd_ == nullptr)
+    return LOOM_ERROR(loomSystemError, "cannot allocate a protection domain on " + choice.device);
+  return d;
+}
+
+Device::~Device() {
+  if (pd_ != nullptr) verbs_->deallocPd(pd_);
+  if (ctx_ != nullptr) verbs_->closeDevice(ctx_);
+}
+
+std::string Device::describe() const {
+  std::string s = choice_.device + ":" + std::to_string(choice_.port) + " (" +
+                  (choice_.ethernet ? "RoCE, GID " + std::to_string(gidIndex_) : "IB, LID " + std::to_string(attr_.lid));
+  if (choice_.gbps > 0) s += ", " + std::to_string(static_cast<int>(choice_.gbps)) + " Gb/s";
+  return s + ")";
+}
+
+Result<std::vector<std::unique_ptr<Connection>>> connectIb(
+    int rank, int nranks, const std::vector<int>& peers, const std::shared_ptr<Device>& device,
+    const AllGather& allGather, size_t slotBytes, size_t depth) {
+  std::vector<std::unique_ptr<IbConnection>> conns;
+  std::vector<QpInfo> mine(static_cast<size_t>(nranks));
+  Status failed;
+  for (int p : peers) {
+    auto c = IbConnection::create(p, device, slotBytes, depth);
+    if (!c.isOk()) {
+      failed = c.status();  // still take part in the exchange, so no rank waits on us
+      break;
+    }
+    mine[static_cast<size_t>(p)] = c.value()->localInfo();
+    conns.push_back(c.take());
+  }
+  std::vector<QpInfo> all(static_cast<size_t>(nranks) * static_cast<size_t>(nranks));
+  LOOM_CHECK(allGather(mine.data(), all.data(), mine.size() * sizeof(QpInfo)));
+  LOOM_CHECK(failed);
+  std::vector<std::unique_ptr<Connection>> out;
+  for (auto& c : conns) {
+    const QpInfo& theirs =
+        all[static_cast<size_t>(c->peer()) * static_cast<size_t>(nranks) + static_cast<size_t>(rank)];
+    LOOM_CHECK(c->connect(theirs).prefix("ib link to rank " + std::to_string(c->peer()) + ": "));
+    out.push_back(std::move(c));
+  }
+  if (device) LOOM_INFO(kTransport, "ib: %zu queue pairs on %s", out.size(), device->describe().c_str());
+  return out;
+}
+
+}  // namespace loom::transport::ib

@@ -1,0 +1,97 @@
+// Setting up the ib transport: choosing a device and port, and linking
+// reliable-connected queue pairs with every peer through the bootstrap.
+//
+// Device choice: the active ports LOOM_IB_HCA selects (NCCL's syntax:
+// "mlx5_0:1,mlx5_1:1", "^" excludes, "=" exact names), nearest first (a
+// port on this process's NUMA node before others), then spread over the
+// ranks of one host by their local index, as ranks sharing a host share its
+// NICs. RoCE ports take the GID LOOM_IB_GID_INDEX names, else the first
+// RoCE v2 IPv4 GID; InfiniBand ports are addressed by LID.
+//
+// Connection data (queue pair number, address, the receive FIFO's address and
+// key) is exchanged in one allGather of a table per rank.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/ib/verbs.h"
+#include "transport/transport.h"
+#include "util/net.h"
+
+namespace loom::transport::ib {
+
+struct PortChoice {
+  std::string device;
+  int port = 1;
+  int numaNode = -1;  // of the device, -1 unknown
+  double gbps = 0;    // active link rate
+  bool ethernet = false;
+};
+
+// Active ports of the devices `filter` selects (an empty filter text selects
+// all), nearest to `numaNode` first (-1: no preference), in name order.
+std::vector<PortChoice> listPorts(const Verbs& v, const net::NameFilter& filter, bool anyFilter,
+                                  int numaNode);
+
+// Whether this process can use the ib transport, and why not. Reads
+// LOOM_IB_DISABLE and LOOM_IB_HCA; the reason is logged once at INFO.
+bool available(std::string* why);
+
+// One opened port, shared by a communicator's ib connections.
+class Device {
+ public:
+  static Result<std::shared_ptr<Device>> open(const Verbs& v, const PortChoice& choice,
+                                              int gidIndex);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const Verbs& verbs() const { return *verbs_; }
+  ibv_context* context() const { return ctx_; }
+  ibv_pd* pd() const { return pd_; }
+  const PortChoice& choice() const { return choice_; }
+  int port() const { return choice_.port; }
+  const ibv_port_attr& portAttr() const { return attr_; }
+  int gidIndex() const { return gidIndex_; }
+  const ibv_gid& gid() const { return gid_; }
+  std::string describe() const;  // "rxe0:1 (RoCE, GID 1, 10 Gb/s)"
+
+ private:
+  Device() = default;
+  const Verbs* verbs_ = nullptr;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  PortChoice choice_;
+  ibv_port_attr attr_{};
+  int gidIndex_ = 0;
+  ibv_gid gid_{};
+};
+
+// The GID index to use on a RoCE port: `wanted` when >= 0, else the first
+// RoCE v2 GID holding an IPv4 address, else the first RoCE v2, else the first
+// non-zero one. `types[i]` is sysfs's gid type text ("RoCE v2"), gids[i] the
+// entry. -1 when none is usable.
+int pickGid(int wanted, const std::vector<std::string>& types, const std::vector<ibv_gid>& gids);
+
+// Link rate in Gb/s from ibv_port_attr's active_width and active_speed codes (0 unknown).
+double portGbps(uint8_t activeWidth, uint16_t activeSpeed);
+
+struct IbPeer {
+  int rank;
+};
+
+using AllGather = std::function<Status(const void* mine, void* all, size_t bytes)>;
+
+// Connects this rank with every rank in `peers` over `device`. Every rank of
+// the communicator must call it, with peers that are symmetric (a in b's list
+// iff b in a's), since the table exchange is collective.
+Result<std::vector<std::unique_ptr<Connection>>> connectIb(
+    int rank, int nranks, const std::vector<int>& peers, const std::shared_ptr<Device>& device,
+    const AllGather& allGather, size_t slotBytes, size_t depth);
+
+}  // namespace loom::transport::ib
