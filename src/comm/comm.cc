@@ -17,6 +17,7 @@
 #include "transport/shm/shm_setup.h"
 #include "transport/tcp/tcp_setup.h"
 #ifdef LOOM_HAVE_IB
+#include "transport/ib/ib_connection.h"
 #include "transport/ib/ib_setup.h"
 #endif
 #include "util/env.h"
@@ -239,14 +240,23 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   links.conns.clear();
   c->shm_ = std::make_unique<transport::ShmLinks>(std::move(links));
 
+  const size_t tcpPeers = remote.size();
+  // Every ib peer also gets an idle TCP link, whose closing tells that its process is gone.
+  for (int r : ibPeers) remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr, true});
   LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_,
                                               c->bootstrap_->secret(), c->bootstrap_->commHash(),
                                               slotBytes, depth, deadline, &c->aborted_));
+  std::vector<std::unique_ptr<transport::Connection>> watches(static_cast<size_t>(nranks));
   for (auto& conn : tcp) {
+    const int r = conn->peer();
+    if (std::find(ibPeers.begin(), ibPeers.end(), r) != ibPeers.end()) {
+      watches[static_cast<size_t>(r)] = std::move(conn);
+      continue;
+    }
     c->netConns_.push_back(conn.get());
-    c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
+    c->conns_[static_cast<size_t>(r)] = std::move(conn);
   }
-  if (anyIbPair) LOOM_CHECK(c->connectIb(ibPeers, slotBytes, depth));
+  if (anyIbPair) LOOM_CHECK(c->connectIb(ibPeers, slotBytes, depth, &watches));
   // Every TCP peer has connected: stop listening, so a stranger's connection queued there is
   // reset rather than left open, and no port stays open for the communicator's lifetime.
   c->listener_.reset();
@@ -255,7 +265,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   LOOM_ASSIGN(c->system_, gatherSystem(*c));
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
-            c->describe().c_str(), local.size() - 1, ibPeers.size(), remote.size(), slotBytes,
+            c->describe().c_str(), local.size() - 1, ibPeers.size(), tcpPeers, slotBytes,
             depth);
   (void)externalAbort;
   return c;
@@ -282,7 +292,8 @@ Result<bool> Comm::wantIb() {
 #endif
 }
 
-Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth) {
+Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
+                       std::vector<std::unique_ptr<transport::Connection>>* watches) {
 #ifdef LOOM_HAVE_IB
   namespace ib = transport::ib;
   std::shared_ptr<ib::Device> device;
@@ -305,13 +316,15 @@ Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t d
   };
   LOOM_ASSIGN(auto conns, ib::connectIb(rank_, nranks_, peers, device, gather, slotBytes, depth));
   for (auto& conn : conns) {
+    const size_t r = static_cast<size_t>(conn->peer());
+    static_cast<ib::IbConnection*>(conn.get())->watch(std::move((*watches)[r]));
     netConns_.push_back(conn.get());
-    conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
+    conns_[r] = std::move(conn);
   }
   if (!peers.empty()) netLink_ = algo::Link::Net;
   return Status::ok();
 #else
-  (void)peers, (void)slotBytes, (void)depth;
+  (void)peers, (void)slotBytes, (void)depth, (void)watches;
   return LOOM_ERROR(loomInternalError, "a peer offered ib, which this build lacks");
 #endif
 }

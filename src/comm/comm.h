@@ -137,7 +137,8 @@ class Comm {
  private:
   Comm() = default;
   static Result<bool> wantIb();
-  Status connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth);
+  Status connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
+                   std::vector<std::unique_ptr<transport::Connection>>* watches);
 
   int rank_ = 0;
   int nranks_ = 1;

@@ -6,13 +6,17 @@
 #   - the ib unit tests with devices present;
 #   - loom_mp_tests' every-case sweep on 2 ranks (every collective, type, op and
 #     root, with shared memory off, which LOOM_NET=IB moves onto ib) and a rank
-#     killed mid all-reduce, which the others must report;
+#     killed mid all-reduce, which the others must report; a rank with its own
+#     host name killed, which only the ib link can reveal to the other;
 #   - loom-perf, every collective checked, on 2 and 4 ranks over ib (two rxe
 #     devices: ranks 0 and 2 share one), then 2 ranks over TCP in the same VM.
 # Then it reports on the host. Exit 77 (skip) when qemu, busybox, cpio or the
 # kernel package are unavailable.
 #
-# usage: tests/rdma/run.sh BUILD_DIR        (LOOM_RDMA_CACHE: where the kernel is kept)
+# usage: tests/rdma/run.sh BUILD_DIR
+#   LOOM_RDMA_CACHE: where the kernel is kept (default BUILD_DIR/rdma-vm)
+#   LOOM_RDMA_STEPS: run only these steps ("unit host_kill"); LOOM_RDMA_KEEP: copy results here
+#   LOOM_RDMA_EXTRA: a command line to run in the guest as step "extra" (for investigations)
 set -uo pipefail
 BUILD=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +30,7 @@ done
   skip "a static busybox is not installed (busybox-static)"
 [ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ] || ls /usr/lib/*/libibverbs/librxe-* >/dev/null 2>&1 ||
   skip "the rxe verbs provider is not installed (ibverbs-providers)"
-for b in tests/loom_mp_tests tests/loom_unit_tests loom-perf; do
+for b in tests/loom_mp_tests tests/loom_unit_tests tests/loom_fault_worker loom-perf; do
   [ -x "$BUILD/$b" ] || skip "$BUILD/$b is not built"
 done
 
@@ -96,9 +100,10 @@ ip rule add pref 15 oif veth0 to 10.0.0.1 lookup local; ip rule add pref 16 oif 
 ip rule add pref 20 oif veth0 lookup main; ip rule add pref 21 oif veth1 lookup main
 ip rule add pref 100 lookup local; ip rule del pref 0
 rdma link add rxe0 type rxe netdev veth0 && rdma link add rxe1 type rxe netdev veth1
-R=$WORK
+export R=$WORK
 step() {  # name, timeout seconds, command...
   local name=\$1 t=\$2; shift 2
+  case " ${LOOM_RDMA_STEPS:-\$name} " in *" \$name "*) ;; *) return ;; esac
   local s=\$(date +%s%N)
   timeout -k 5 \$t "\$@" > "\$R/\$name.log" 2>&1; local rc=\$?
   echo "\$name \$rc \$(( (\$(date +%s%N) - s) / 1000000 ))" >> "\$R/steps.txt"
@@ -110,12 +115,38 @@ LOOM_NET=IB step collectives 600 $BUILD/tests/loom_mp_tests \
   --gtest_filter='Ranks/CollectivesTest.EveryCase/2ranks_tcp'
 LOOM_NET=IB step rank_killed 300 $BUILD/tests/loom_mp_tests \
   --gtest_filter='Transports/PeerDeathTest.*/tcp'
+# A rank on "another host" killed: each rank gets its own host name (a UTS
+# namespace), so no rank can watch the other's pid; only the ib link can tell.
+host_kill() {
+  local logs=\$R/host_kill
+  mkdir -p \$logs
+  for r in 0 1; do
+    LOOM_RANK=\$r LOOM_WORLD_SIZE=2 LOOM_COMM_ID=127.0.0.1:29555 LOOM_TIMEOUT_MS=30000 LOOM_NET=IB LOOM_DEBUG=${HOST_KILL_DEBUG:-WARN} LOOM_DEBUG_SUBSYS=INIT,TRANSPORT,EXEC \
+      unshare -u sh -c "hostname vmhost\$r; exec $BUILD/tests/loom_fault_worker until-error" \
+      > \$logs/rank\$r.log 2>&1 &
+    eval pid\$r=\$!
+  done
+  for i in \$(seq 600); do
+    grep -q READY \$logs/rank0.log && grep -q READY \$logs/rank1.log && break; sleep 0.1
+  done
+  sleep 2
+  local victim=\$(sed -n 's/^READY rank 1 pid \([0-9]*\).*/\1/p' \$logs/rank1.log)
+  local at=\$(date +%s%3N)
+  kill -KILL \$victim
+  wait \$pid0; local rc=\$?
+  local line=\$(grep '^ERROR rank 0' \$logs/rank0.log)
+  local failed=\$(echo "\$line" | sed -n 's/.*at_ms=\([0-9]*\).*/\1/p')
+  echo "rank 0 exit \$rc, error \$(( \${failed:-0} - at )) ms after the kill: \$line"
+  [ \$rc = 0 ] && echo "\$line" | grep -q "rank 1"
+}
+step host_kill 120 bash -c "\$(declare -f host_kill); host_kill"
 PERF="$BUILD/loom-perf -C all -b 8 -e 1M -f 16 -n 3 -w 1 -c 1"
 LOOM_SHM_DISABLE=1 LOOM_NET=IB step perf_ib_2 300 \$PERF -np 2
 LOOM_SHM_DISABLE=1 LOOM_NET=IB step perf_ib_4 600 \$PERF -np 4
 LOOM_SHM_DISABLE=1 LOOM_NET=Socket step perf_tcp_2 300 \$PERF -np 2
 LOOM_SHM_DISABLE=1 LOOM_NET=IB LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=INIT,TRANSPORT step ib_info 60 \
   $BUILD/loom-perf -np 2 -b 8 -e 8 -n 1 -w 0
+[ -n "${LOOM_RDMA_EXTRA:-}" ] && step extra 300 bash -c '${LOOM_RDMA_EXTRA:-}'
 echo done > "\$R/finished"
 sync
 echo o > /proc/sysrq-trigger; sleep 10
@@ -146,6 +177,7 @@ while read -r name rc secs; do
   printf '%-12s rc=%-3s %7s ms\n' "$name" "$rc" "$secs"
   [ "$rc" = 0 ] || { fail=1; echo "== $name (tail)"; tail -30 "$WORK/$name.log"; }
 done < "$WORK/steps.txt"
+grep -h "after the kill" "$WORK/host_kill.log" | sed 's/^/  /'
 grep -h "PASSED\|FAILED" "$WORK/unit.log" "$WORK/collectives.log" "$WORK/rank_killed.log" | sed 's/^/  /'
 for p in perf_ib_2 perf_tcp_2 perf_ib_4; do
   echo "== $p"; grep -E "^ +[0-9]+ +[0-9]+ +(float|int)|Avg bus|Out of bounds" "$WORK/$p.log" | head -60

@@ -245,6 +245,9 @@ void IbConnection::handle(const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
     // The queue pair is in error: every later request flushes. Only a rank that
     // still needs this link fails (see progress() and checkRecv()).
+    LOOM_INFO(kTransport, "ib link to rank %d: completion %s for a %s", peer_,
+              v_.wcStatusStr(wc.status),
+              kind == kWrRecv ? "receive" : kind == kWrHeartbeat ? "heartbeat" : "write");
     if (lost_.isOk())
       lost_ = LOOM_ERROR(loomRemoteError,
                           "rank " + std::to_string(peer_) + " unreachable over ib (" +
@@ -325,11 +328,23 @@ Status IbConnection::progress() {
   if (armed_) ackEvents();
   drain();
   sendCredits();
+  if (watch_ && lost_.isOk()) {
+    Status s = watch_->progress();
+    if (s.isOk()) s = watch_->checkRecv();
+    if (!s.isOk()) {
+      drain();  // completions that came before the close count
+      lost_ = LOOM_ERROR(loomRemoteError, "rank " + std::to_string(peer_) +
+                                              " is gone: its watch link closed (" +
+                                              s.message() + ")");
+    }
+  }
   if (error_.isOk() && lost_.isOk() && !heartbeatOut_) {
     const int64_t now = nowNs();
     if (now >= nextHeartbeatNs_) {
-      if (nextHeartbeatNs_ != 0 && postWrite(kWrHeartbeat, nullptr, 0, 0, false, 0))
+      if (nextHeartbeatNs_ != 0 && postWrite(kWrHeartbeat, nullptr, 0, 0, false, 0)) {
         heartbeatOut_ = true;
+        LOOM_TRACE(kTransport, "ib link to rank %d: heartbeat", peer_);
+      }
       nextHeartbeatNs_ = now + kHeartbeatNs;
     }
   }
@@ -373,6 +388,7 @@ void IbConnection::wait(bool forSend, int64_t timeoutUs) {
 
 void IbConnection::markBroken() {
   // Any thread; the provider serialises posts to one queue pair.
+  if (watch_) watch_->markBroken();
   if (qp_ == nullptr || remote_.fifoKey == 0 || brokenSent_.exchange(true)) return;
   post(kWrBroken, nullptr, 0, 0, true, makeImm(Imm::Broken, 0));
 }

@@ -11,9 +11,10 @@
 // Waiting: every event from the peer (data, credit, broken) is a completion on
 // this connection's queue, whose completion channel is fd(); wait() arms it
 // and sleeps in poll(). A peer that vanishes without a word is found by a
-// zero-byte write sent every 250 ms while progress() runs: the queue pair's
-// retries end in an error completion, which becomes loomRemoteError naming
-// the peer.
+// zero-byte write sent every 250 ms while progress() runs (the queue pair's
+// retries end in an error completion) and by a watched TCP connection that
+// closes when the peer's process ends; either becomes loomRemoteError naming
+// the peer where the link is still needed.
 #pragma once
 
 #include <atomic>
@@ -49,6 +50,10 @@ class IbConnection final : public Connection {
   ~IbConnection() override;
 
   QpInfo localInfo() const { return local_; }
+  // A second link to the same peer (an idle authenticated TCP connection) whose
+  // closing means the peer's process is gone, which the ib link alone may only
+  // learn after its retries, or never (some software RoCE stacks).
+  void watch(std::unique_ptr<Connection> link) { watch_ = std::move(link); }
   // Moves the queue pair to ready-to-send with the peer's data.
   Status connect(const QpInfo& remote);
 
@@ -108,6 +113,7 @@ class IbConnection final : public Connection {
   bool heartbeatOut_ = false;
   int64_t nextHeartbeatNs_ = 0;
   mutable bool armed_ = false;
+  std::unique_ptr<Connection> watch_;
   Status error_;  // a local failure or a protocol violation
   Status lost_;   // an error completion: the queue pair is dead
   bool sendBlocked_ = false;  // the last trySendSlot() found no slot

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -115,7 +116,8 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
     if (p.rank > rank) {
       LOOM_ASSIGN(int fd, connectOne(p, hello, deadlineNs, abortFlag));
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-      conns.push_back(std::make_unique<TcpConnection>(p.rank, fd, slotBytes, depth));
+      conns.push_back(std::make_unique<TcpConnection>(p.rank, fd, p.watchOnly ? 64 : slotBytes,
+                                                      p.watchOnly ? 2 : depth));
     } else {
       expected[p.rank] = false;
     }
@@ -179,7 +181,11 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
         expected[from] = true;
         ++accepted;
         tune(p.fd);
-        conns.push_back(std::make_unique<TcpConnection>(from, p.fd, slotBytes, depth));
+        const bool watch = std::any_of(peers.begin(), peers.end(), [from](const TcpPeer& q) {
+          return q.rank == from && q.watchOnly;
+        });
+        conns.push_back(std::make_unique<TcpConnection>(from, p.fd, watch ? 64 : slotBytes,
+                                                        watch ? 2 : depth));
         pending.erase(pending.begin() + static_cast<long>(i));
       }
     }

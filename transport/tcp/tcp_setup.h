@@ -35,6 +35,7 @@ class TcpListener {
 struct TcpPeer {
   int rank;
   sockaddr_in addr;
+  bool watchOnly = false;  // carries no data (tiny FIFOs): its closing is the news
 };
 
 Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
