@@ -354,8 +354,8 @@ int runGraph(RankContext& ctx) {
   GPU_CHECK(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
   const loomStream_t s = reinterpret_cast<loomStream_t>(k.stream);
   float *in = nullptr, *out = nullptr;
-  GPU_CHECK(cudaMalloc(&in, count * 4));
-  GPU_CHECK(cudaMalloc(&out, count * 4));
+  GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&in), count * 4));
+  GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), count * 4));
   std::vector<float> host(count), got(count);
   // Warm-up call: sets up cuda_ipc (or the staging buffers) outside the capture.
   if (loomAllReduce(in, out, count, loomFloat32, loomSum, ctx.comm, s) != loomSuccess) {
@@ -456,7 +456,7 @@ TEST(GpuIpcFailure, KernelWaitTimesOutWhenAPeerNeverComes) {
   o.timeoutMs = 3000;
   LaunchResult r = launch(o, [](RankContext& ctx) -> int {
     float* buf = nullptr;
-    GPU_CHECK(cudaMalloc(&buf, 4096 * 4));
+    GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&buf), 4096 * 4));
     cudaStream_t st;
     GPU_CHECK(cudaStreamCreate(&st));
     const loomStream_t s = reinterpret_cast<loomStream_t>(st);
