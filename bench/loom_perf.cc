@@ -9,7 +9,9 @@
 // the process runs as that one rank and loomCommInitFromEnv reads the rest (see loom.h).
 //
 // Buffers are host memory passed with a NULL stream, so every call is complete when it returns;
-// -z is accepted for nccl-tests compatibility and changes nothing.
+// -z is accepted for nccl-tests compatibility and changes nothing. With -G 1 (a CUDA build) they
+// are device memory (cudaMalloc on the rank's current device) and the calls are queued on a
+// stream of the rank's own; timing waits for the stream, checks copy the results back.
 //
 // Exit status: 0 on success, 1 when a Loom call failed or a result was wrong, 2 on bad usage.
 
@@ -20,6 +22,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#if defined(LOOM_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 #include "loom/loom.h"
 #include "perf/perf.h"
@@ -56,42 +62,78 @@ class LoomBackend : public perf::Backend {
     const loomDataType_t ty = t.type;
     switch (c) {
       case perf::Coll::kAllReduce:
-        PERF_CHECK(loomAllReduce(send, recv, count, ty, op, comm_, nullptr));
+        PERF_CHECK(loomAllReduce(send, recv, count, ty, op, comm_, stream_));
         break;
       case perf::Coll::kAllGather:
-        PERF_CHECK(loomAllGather(send, recv, count, ty, comm_, nullptr));
+        PERF_CHECK(loomAllGather(send, recv, count, ty, comm_, stream_));
         break;
       case perf::Coll::kReduceScatter:
-        PERF_CHECK(loomReduceScatter(send, recv, count, ty, op, comm_, nullptr));
+        PERF_CHECK(loomReduceScatter(send, recv, count, ty, op, comm_, stream_));
         break;
       case perf::Coll::kBroadcast:
-        PERF_CHECK(loomBroadcast(send, recv, count, ty, root, comm_, nullptr));
+        PERF_CHECK(loomBroadcast(send, recv, count, ty, root, comm_, stream_));
         break;
       case perf::Coll::kReduce:
-        PERF_CHECK(loomReduce(send, recv, count, ty, op, root, comm_, nullptr));
+        PERF_CHECK(loomReduce(send, recv, count, ty, op, root, comm_, stream_));
         break;
       case perf::Coll::kAllToAll:
-        PERF_CHECK(loomAllToAll(send, recv, count, ty, comm_, nullptr));
+        PERF_CHECK(loomAllToAll(send, recv, count, ty, comm_, stream_));
         break;
       case perf::Coll::kSendRecv:
         PERF_CHECK(loomGroupStart());
-        PERF_CHECK(loomSend(send, count, ty, (rank_ + 1) % nranks_, comm_, nullptr));
-        PERF_CHECK(loomRecv(recv, count, ty, (rank_ + nranks_ - 1) % nranks_, comm_, nullptr));
+        PERF_CHECK(loomSend(send, count, ty, (rank_ + 1) % nranks_, comm_, stream_));
+        PERF_CHECK(loomRecv(recv, count, ty, (rank_ + nranks_ - 1) % nranks_, comm_, stream_));
         PERF_CHECK(loomGroupEnd());
         break;
     }
   }
   void GroupStart() override { PERF_CHECK(loomGroupStart()); }
   void GroupEnd() override { PERF_CHECK(loomGroupEnd()); }
-  void Barrier() override { PERF_CHECK(loomBarrier(comm_, nullptr)); }
+  void Barrier() override { PERF_CHECK(loomBarrier(comm_, stream_)); }
   void* Alloc(size_t bytes) override {
     void* p = nullptr;
     PERF_CHECK(loomMemAlloc(&p, bytes > 0 ? bytes : 1));
     return p;
   }
   void Free(void* p) override { PERF_CHECK(loomMemFree(p)); }
+#if defined(LOOM_HAVE_CUDA)
+  void* DeviceAlloc(size_t bytes) override {
+    if (stream_ == nullptr) {
+      cudaStream_t s = nullptr;
+      CudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      stream_ = reinterpret_cast<loomStream_t>(s);
+    }
+    void* p = nullptr;
+    CudaCheck(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc");
+    return p;
+  }
+  void DeviceFree(void* p) override { CudaCheck(cudaFree(p), "cudaFree"); }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    CudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    CudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  }
+  void Sync() override {
+    if (stream_ == nullptr) return;
+    CudaCheck(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream_)),
+              "cudaStreamSynchronize");
+    loomResult_t async = loomSuccess;
+    PERF_CHECK(loomCommGetAsyncError(comm_, &async));
+    if (async != loomSuccess) Fail("a device call (asynchronous error)", async);
+  }
 
  private:
+  void CudaCheck(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s\n", kProg, g_rank, what,
+                 cudaGetErrorString(e));
+    Fail(what, loomUnhandledCudaError);
+  }
+#else
+ private:
+#endif
+  loomStream_t stream_ = nullptr;
   loomComm_t comm_;
   int rank_, nranks_;
 };

@@ -376,19 +376,13 @@ ncclResult_t pncclMemFree(void* ptr) {
   return ncclSuccess;
 }
 
-// Registration is a hint for zero-copy paths; host buffers need none.
+// Registration lets the ib transport send from the buffer in place.
 ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  int n = 0;
-  ncclResult_t r = fromLoom(loomCommCount(toLoom(comm), &n));
-  if (r != ncclSuccess) return r;
-  if (handle == nullptr) return fail(ncclInvalidArgument, "ncclCommRegister", "handle: NULL");
-  *handle = buff;
-  return ncclSuccess;
+  return fromLoom(loomCommRegister(toLoom(comm), buff, size, handle));
 }
 
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
-  int n = 0;
-  return fromLoom(loomCommCount(toLoom(comm), &n));
+  return fromLoom(loomCommDeregister(toLoom(comm), handle));
 }
 
 }  // extern "C"

@@ -63,7 +63,9 @@ class Connection {
   // socket takes the bytes from there, saving the copy into a slot). postSendFrom() publishes
   // `bytes` at `data` as the next slot when trySendSlot() would give one (else returns false);
   // the memory must stay unchanged until no pending send overlaps it (sendOverlaps()).
-  virtual bool sendsFromUser() const { return false; }
+  // Whether `bytes` at `data` can be sent that way (TCP: always; ib: when the caller registered
+  // the memory with loomCommRegister).
+  virtual bool sendsFromUser(const void* data, size_t bytes) const { return false; }
   virtual bool postSendFrom(const void* data, size_t bytes) { return false; }
   virtual bool sendOverlaps(const void* data, size_t bytes) const { return false; }
 

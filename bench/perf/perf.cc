@@ -311,6 +311,8 @@ struct Ctx {
   int rank, nranks;
   char* send;
   char* recv;
+  char* dsend;  // -G 1: the device buffers the calls use (send and recv hold the host copies)
+  char* drecv;
   std::vector<double> arrivals;  // -I: nranks x iters entry times, zero but for this rank's row
 };
 
@@ -336,14 +338,18 @@ Stats TimeAndCheck(Ctx& k, Coll c, const Shape& s, const TypeInfo& t, loomRedOp_
   st.ran = true;
   const Options& o = k.o;
   const Operands ops = OperandsOf(c, s, t.size, k.rank, in_place, k.send, k.recv);
+  const Operands run =
+      o.gpu ? OperandsOf(c, s, t.size, k.rank, in_place, k.dsend, k.drecv) : ops;
   const bool skew = o.skew != 0 && k.nranks > 1;
   if (skew) std::fill(k.arrivals.begin(), k.arrivals.end(), 0.0);
+  k.b.Sync();
   k.b.Barrier();
   const double start = Now();
   for (int i = 0; i < o.iters; ++i) {
     if (skew) k.arrivals[static_cast<size_t>(k.rank) * o.iters + i] = Now() - start;
-    RunOnce(k.b, o, c, ops, s, t, op, root);
+    RunOnce(k.b, o, c, run, s, t, op, root);
   }
+  k.b.Sync();
   const double sec = (Now() - start) / (o.iters * o.agg);
   double combined = sec;
   switch (o.average) {
@@ -383,7 +389,16 @@ Stats TimeAndCheck(Ctx& k, Coll c, const Shape& s, const TypeInfo& t, loomRedOp_
       // Junk first: a collective that leaves its output untouched is caught, in place too.
       FillJunk(ops.recv, s.recvs, t);
       FillInput(c, s, t, op, k.nranks, k.rank, root, ops.send);
-      k.b.Run(c, ops.send, ops.recv, s.call, t, op, root);
+      if (o.gpu) {  // the host buffers' contents to the device, run there, and back
+        const size_t bytes = s.total * t.size;
+        k.b.CopyToDevice(k.dsend, k.send, bytes);
+        k.b.CopyToDevice(k.drecv, k.recv, bytes);
+        k.b.Run(c, run.send, run.recv, s.call, t, op, root);
+        k.b.Sync();
+        k.b.CopyToHost(k.recv, k.drecv, bytes);
+      } else {
+        k.b.Run(c, ops.send, ops.recv, s.call, t, op, root);
+      }
       wrong += CountWrong(c, s, t, op, k.nranks, k.rank, root, ops.recv);
     }
     k.b.Run(Coll::kAllReduce, &wrong, &st.wrong, 1, TypeOf(loomInt64), loomSum, 0);
@@ -519,7 +534,18 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
                  o.reg ? " with the library's allocator (-R 1)" : "");
     return 1;
   }
-  Ctx k{b, o, rank, nranks, send, recv, {}};
+  char* dsend = nullptr;
+  char* drecv = nullptr;
+  if (o.gpu) {
+    dsend = static_cast<char*>(b.DeviceAlloc(o.max_bytes));
+    drecv = static_cast<char*>(b.DeviceAlloc(o.max_bytes));
+    if (dsend == nullptr || drecv == nullptr) {
+      std::fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes of device memory (-G 1)\n",
+                   rank, o.max_bytes);
+      return 1;
+    }
+  }
+  Ctx k{b, o, rank, nranks, send, recv, dsend, drecv, {}};
   if (o.skew) k.arrivals.assign(static_cast<size_t>(nranks) * o.iters, 0.0);
 
   std::vector<std::pair<const char*, Row>> rows;
@@ -544,9 +570,11 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
           // Timed runs move the check pattern rather than whatever the last type left behind.
           const Shape full = ShapeOf(c, o.max_bytes / t->size, nranks);
           FillInput(c, full, *t, op->op, nranks, rank, std::max(root, 0), send);
+          if (o.gpu) b.CopyToDevice(dsend, send, full.total * t->size);
           for (size_t size : Sizes(o)) {
             const Shape s = ShapeOf(c, size / t->size, nranks);
-            const Operands w = OperandsOf(c, s, t->size, rank, false, send, recv);
+            const Operands w = OperandsOf(c, s, t->size, rank, false, o.gpu ? dsend : send,
+                                          o.gpu ? drecv : recv);
             if (b.Supports(c, *t, op->op))
               for (int i = 0; i < o.warmup; ++i)
                 RunOnce(b, o, c, w, s, *t, op->op, std::max(root, 0));
@@ -573,6 +601,10 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
       }
     }
     if (rank == 0 && o.colls.size() > 1) std::printf("#\n");
+  }
+  if (o.gpu) {
+    b.DeviceFree(dsend);
+    b.DeviceFree(drecv);
   }
   if (o.reg) {
     b.Free(send);
@@ -683,6 +715,7 @@ constexpr Flag kFlags[] = {
                            "sendrecv, a comma list, or all"},
     {"-I", "--skew", "1: arrival-skew columns (largest skew, rank most often last)"},
     {"-R", "--local_register", "1: buffers from the library's allocator (Loom: loomMemAlloc)"},
+    {"-G", "--device", "1: CUDA device buffers on a stream (checked after copying back)"},
     {"-z", "--blocking", "accepted for nccl-tests compatibility (host calls always block)"},
     {"-T", "--timeout", "seconds before the ranks are killed"},
     {"-J", "--json", "write every row as JSON to this file"},
@@ -800,6 +833,8 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
       o.skew = FlagInt(fs, name, v, 0, 1);
     } else if (key == "-R") {
       o.reg = FlagInt(fs, name, v, 0, 1);
+    } else if (key == "-G") {
+      o.gpu = FlagInt(fs, name, v, 0, 1);
     } else if (key == "-z") {
       FlagInt(fs, name, v, 0, 1);
     } else if (key == "-T") {

@@ -82,6 +82,7 @@ struct Options {
   int root = 0;    // -r: the root of broadcast and reduce; -1: every root in turn
   int skew = 0;    // -I: arrival-skew columns
   int reg = 0;     // -R: buffers from the library's own allocator (Backend::Alloc)
+  int gpu = 0;     // -G: device buffers (Backend::DeviceAlloc), checked after copying back
   int nranks = 2;  // -np, where the program starts its own ranks
   int timeout_s = 1800;
   std::vector<const CollInfo*> colls;
@@ -118,6 +119,13 @@ class Backend {
   // The sweep's two buffers under -R 1 (e.g. loomMemAlloc); nullptr: not supported.
   virtual void* Alloc(size_t bytes) { return nullptr; }
   virtual void Free(void* p) {}
+  // -G 1: device buffers. Run then queues on the backend's stream; Sync waits for it. A backend
+  // without devices returns nullptr.
+  virtual void* DeviceAlloc(size_t bytes) { return nullptr; }
+  virtual void DeviceFree(void* p) {}
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) {}
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) {}
+  virtual void Sync() {}
 };
 
 // Runs the sweep on one rank (rank 0 prints, `title` heads the table) and returns the exit

@@ -284,6 +284,18 @@ loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* s
 /// @return loomInvalidArgument when ptr is NULL or size is 0.
 loomResult_t loomMemAlloc(void** ptr, size_t size);
 
+/// Registers [buff, buff + size) with the communicator's RDMA devices, so that
+/// sends from it over the ib transport read it in place instead of copying it
+/// into Loom's buffers first (as ncclCommRegister). Optional: unregistered
+/// buffers work too. Keep the memory allocated until loomCommDeregister.
+/// Without ib peers it succeeds and registers nothing.
+/// @param handle receives the handle for loomCommDeregister.
+loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size, void** handle);
+
+/// Undoes loomCommRegister. Operations using the buffer must have completed.
+/// @return loomInvalidArgument for a handle this communicator did not return.
+loomResult_t loomCommDeregister(const loomComm_t comm, void* handle);
+
 /// Frees memory from loomMemAlloc.
 /// @return loomInvalidArgument for a pointer loomMemAlloc did not return.
 loomResult_t loomMemFree(void* ptr);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "api/device.h"
 #include "bootstrap/unique_id.h"
 #include "mem/mem.h"
 #include "util/log.h"
@@ -90,7 +91,7 @@ Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
   LOOM_ASSIGN(auto parsed, bootstrap::parseUniqueId(id));
   (void)parsed;
   LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
-  opts.cudaDev = cudaDev;
+  opts.cudaDev = cudaDev >= 0 ? cudaDev : device::currentDevice();
   LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts));
   auto* h = new loomComm{std::move(impl)};
   registerComm(h);
@@ -209,6 +210,7 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
 Status destroy(loomComm* h, bool abort) {
   LOOM_ASSIGN(Comm * comm, lookup(h));
   if (abort) comm->abort();
+  device::release(*comm, abort);
   {
     // Wait for an operation running on another thread to leave.
     std::lock_guard<std::mutex> lock(comm->opMutex());
@@ -230,7 +232,8 @@ namespace algo = loom::algo;
 namespace {
 
 Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t count,
-                  loomDataType_t dt, loomRedOp_t op, int root, loomComm* h) {
+                  loomDataType_t dt, loomRedOp_t op, int root, loomComm* h,
+                  loomStream_t stream = nullptr) {
   using namespace loom::api;
   LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
   const int n = comm->nranks();
@@ -286,11 +289,12 @@ Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t 
   c.op = op;
   c.root = root;
   c.comm = h;
+  c.stream = stream;
   return submit(c);
 }
 
 Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType_t dt, int peer,
-                    loomComm* h) {
+                    loomComm* h, loomStream_t stream) {
   using namespace loom::api;
   LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
   LOOM_CHECK(checkRank(peer, comm->nranks(), "peer"));
@@ -304,6 +308,7 @@ Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType
   c.dtype = dt;
   c.root = peer;
   c.comm = h;
+  c.stream = stream;
   return submit(c);
 }
 
@@ -368,6 +373,7 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));
     if (asyncError == nullptr) return LOOM_ERROR(loomInvalidArgument, "asyncError: NULL");
     *asyncError = c->asyncError().code();
+    if (*asyncError == loomSuccess) *asyncError = loom::device::asyncError(*c).code();
     return Status::ok();
   });
 }
@@ -453,6 +459,26 @@ loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
   });
 }
 
+loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size, void** handle) {
+  return guard("loomCommRegister", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (handle == nullptr) return LOOM_ERROR(loomInvalidArgument, "handle: NULL");
+    *handle = nullptr;
+    if (buff == nullptr) return LOOM_ERROR(loomInvalidArgument, "buff: NULL");
+    if (size == 0) return LOOM_ERROR(loomInvalidArgument, "size: 0");
+    LOOM_ASSIGN(*handle, c->registerBuffer(buff, size));
+    return Status::ok();
+  });
+}
+
+loomResult_t loomCommDeregister(const loomComm_t comm, void* handle) {
+  return guard("loomCommDeregister", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (handle == nullptr) return LOOM_ERROR(loomInvalidArgument, "handle: NULL");
+    return c->deregisterBuffer(handle);
+  });
+}
+
 loomResult_t loomMemAlloc(void** ptr, size_t size) {
   return guard("loomMemAlloc", [&]() -> Status {
     if (ptr == nullptr) return LOOM_ERROR(loomInvalidArgument, "ptr: NULL");
@@ -504,7 +530,7 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream) {
   return guard("loomAllReduce", [&] {
-    return collective(algo::Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, comm);
+    return collective(algo::Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, comm, stream);
   });
 }
 
@@ -513,7 +539,7 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            loomStream_t stream) {
   return guard("loomBroadcast", [&] {
     return collective(algo::Coll::Broadcast, sendbuff, recvbuff, count, datatype, loomSum, root,
-                      comm);
+                      comm, stream);
   });
 }
 
@@ -521,7 +547,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
                         loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
                         loomStream_t stream) {
   return guard("loomReduce", [&] {
-    return collective(algo::Coll::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+    return collective(algo::Coll::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
   });
 }
 
@@ -529,7 +555,7 @@ loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   return guard("loomAllGather", [&] {
     return collective(algo::Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, loomSum, -1,
-                      comm);
+                      comm, stream);
   });
 }
 
@@ -538,7 +564,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                loomStream_t stream) {
   return guard("loomReduceScatter", [&] {
     return collective(algo::Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1,
-                      comm);
+                      comm, stream);
   });
 }
 
@@ -546,20 +572,20 @@ loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   return guard("loomAllToAll", [&] {
     return collective(algo::Coll::AllToAll, sendbuff, recvbuff, count, datatype, loomSum, -1,
-                      comm);
+                      comm, stream);
   });
 }
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
   return guard("loomSend",
-               [&] { return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm); });
+               [&] { return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm, stream); });
 }
 
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
   return guard("loomRecv",
-               [&] { return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm); });
+               [&] { return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream); });
 }
 
 loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream) {

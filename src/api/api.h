@@ -40,7 +40,11 @@ struct Call {
   loomRedOp_t op = loomSum;
   int root = -1;  // root, or peer for Send/Recv
   loomComm* comm = nullptr;
+  loomStream_t stream = nullptr;  // device buffers only (api/device.h)
 };
+
+// The reduction of a call (built-in op or the communicator's PreMulSum).
+Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 
 // Runs the call now, or queues it when this thread is inside a group.
 Status submit(const Call& call);

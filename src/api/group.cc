@@ -13,6 +13,7 @@
 
 #include "algorithms/cost.h"
 #include "api/api.h"
+#include "api/device.h"
 #include "exec/executor.h"
 #include "exec/shm_direct.h"
 #include "util/env.h"
@@ -30,21 +31,6 @@ struct GroupState {
   std::vector<Call> calls;
 };
 thread_local GroupState tGroup;
-
-Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
-  if (c.coll != algo::Coll::AllReduce && c.coll != algo::Coll::Reduce &&
-      c.coll != algo::Coll::ReduceScatter)
-    return kernels::Reducer{};
-  if (static_cast<int>(c.op) < loomNumOps)
-    return kernels::makeReducer(c.dtype, c.op, comm.nranks());
-  size_t idx = static_cast<size_t>(c.op) - loomNumOps;
-  if (idx >= comm.userOps().size() || !comm.userOps()[idx])
-    return LOOM_ERROR(loomInvalidArgument, "op: reduction operation was destroyed");
-  kernels::Reducer r = *comm.userOps()[idx];
-  if (r.dtype != c.dtype)
-    return LOOM_ERROR(loomInvalidArgument, "op: PreMulSum operation was made for another datatype");
-  return r;
-}
 
 bool isInPlace(const Comm& comm, const Call& c, size_t esize) {
   const char* s = static_cast<const char*>(c.sendbuff);
@@ -256,6 +242,21 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
 
 }  // namespace
 
+Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
+  if (c.coll != algo::Coll::AllReduce && c.coll != algo::Coll::Reduce &&
+      c.coll != algo::Coll::ReduceScatter)
+    return kernels::Reducer{};
+  if (static_cast<int>(c.op) < loomNumOps)
+    return kernels::makeReducer(c.dtype, c.op, comm.nranks());
+  size_t idx = static_cast<size_t>(c.op) - loomNumOps;
+  if (idx >= comm.userOps().size() || !comm.userOps()[idx])
+    return LOOM_ERROR(loomInvalidArgument, "op: reduction operation was destroyed");
+  kernels::Reducer r = *comm.userOps()[idx];
+  if (r.dtype != c.dtype)
+    return LOOM_ERROR(loomInvalidArgument, "op: PreMulSum operation was made for another datatype");
+  return r;
+}
+
 bool inGroup() { return tGroup.depth > 0; }
 
 Status runOnComm(Comm& comm, const std::vector<Call>& calls) {
@@ -264,13 +265,22 @@ Status runOnComm(Comm& comm, const std::vector<Call>& calls) {
   return runLocked(comm, calls);
 }
 
+// Calls of one communicator: enqueued on their stream when one involves device memory (after
+// which the caller's thread returns at once), else run now, after any staged device calls.
+Status runCalls(Comm& comm, const std::vector<Call>& calls) {
+  for (const Call& c : calls)
+    if (device::involvesDevice(c, comm.nranks())) return device::enqueue(comm, calls);
+  LOOM_CHECK(device::drain(comm));
+  return runOnComm(comm, calls);
+}
+
 Status submit(const Call& call) {
   if (inGroup()) {
     tGroup.calls.push_back(call);
     return Status::ok();
   }
   LOOM_ASSIGN(Comm * comm, lookup(call.comm));
-  return runOnComm(*comm, {call});
+  return runCalls(*comm, {call});
 }
 
 namespace {
@@ -287,11 +297,11 @@ Status runGroup(std::vector<Call> calls) {
     LOOM_ASSIGN(Comm * c, lookup(h));
     comms.push_back(c);
   }
-  if (comms.size() == 1) return runOnComm(*comms[0], byComm[order[0]]);
+  if (comms.size() == 1) return runCalls(*comms[0], byComm[order[0]]);
   std::vector<Status> results(comms.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < comms.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = runOnComm(*comms[i], byComm[order[i]]); });
+    threads.emplace_back([&, i] { results[i] = runCalls(*comms[i], byComm[order[i]]); });
   for (auto& t : threads) t.join();
   for (const Status& s : results)
     if (!s.isOk()) return s;

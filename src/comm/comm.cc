@@ -292,6 +292,30 @@ Result<bool> Comm::wantIb() {
 #endif
 }
 
+Result<void*> Comm::registerBuffer(void* buff, size_t size) {
+  auto reg = std::make_unique<Registration>(Registration{buff, size, nullptr});
+#ifdef LOOM_HAVE_IB
+  if (ibDevice_) {
+    auto* device = static_cast<transport::ib::Device*>(ibDevice_.get());
+    LOOM_ASSIGN(reg->region, device->registerRegion(buff, size));
+  }
+#endif
+  std::lock_guard<std::mutex> lock(regMutex_);
+  registrations_.push_back(std::move(reg));
+  return static_cast<void*>(registrations_.back().get());
+}
+
+Status Comm::deregisterBuffer(void* handle) {
+  std::lock_guard<std::mutex> lock(regMutex_);
+  for (size_t i = 0; i < registrations_.size(); ++i) {
+    if (registrations_[i].get() != handle) continue;
+    registrations_.erase(registrations_.begin() + static_cast<long>(i));
+    return Status::ok();
+  }
+  return LOOM_ERROR(loomInvalidArgument,
+                    "handle: not a registration of this communicator (or already deregistered)");
+}
+
 Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
                        std::vector<std::unique_ptr<transport::Connection>>* watches) {
 #ifdef LOOM_HAVE_IB
@@ -322,6 +346,7 @@ Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t d
     conns_[r] = std::move(conn);
   }
   if (!peers.empty()) netLink_ = algo::Link::Net;
+  ibDevice_ = device;
   return Status::ok();
 #else
   (void)peers, (void)slotBytes, (void)depth, (void)watches;

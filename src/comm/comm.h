@@ -127,6 +127,10 @@ class Comm {
   // A local peer's last completed operation, or 0 when unknown.
   uint64_t peerLastSeq(int r) const;
 
+  // loomCommRegister / loomCommDeregister: the handle is this communicator's own record.
+  Result<void*> registerBuffer(void* buff, size_t size);
+  Status deregisterBuffer(void* handle);
+
   // The link to other hosts (Tcp, or Net over ib) and its rate in Gb/s (0: unknown).
   algo::Link netLink() const { return netLink_; }
   double netGbps() const { return netGbps_; }
@@ -145,6 +149,14 @@ class Comm {
   CommOptions options_;
   std::vector<PeerInfo> peers_;
   algo::Link netLink_ = algo::Link::Tcp;
+  std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist
+  struct Registration {
+    void* buff;
+    size_t size;
+    std::shared_ptr<void> region;  // the device's registration, if any
+  };
+  std::mutex regMutex_;
+  std::vector<std::unique_ptr<Registration>> registrations_;
   double netGbps_ = 0;
   std::shared_ptr<const topo::System> system_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;

@@ -180,16 +180,16 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
         // result this step writes to dst), a transport that copies regardless (TCP) sends
         // them from there rather than from a slot.
         bool fromUser = false;
+        const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
+        char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
         if (algo::stepSends(st.op)) {
           sc = comm.conn(st.sendPeer);
-          fromUser = sc->sendsFromUser() &&
-                     ((st.op == StepOp::Send && !transforms(red, st.flags)) ||
-                      st.op == StepOp::RecvReduceCopySend || st.op == StepOp::RecvCopySend);
+          fromUser = ((st.op == StepOp::Send && !transforms(red, st.flags)) ||
+                      st.op == StepOp::RecvReduceCopySend || st.op == StepOp::RecvCopySend) &&
+                     sc->sendsFromUser(st.op == StepOp::Send ? src : dst, bytes);
           LOOM_CHECK(waiter.until(sc, true, [&] { return (out = sc->trySendSlot()) != nullptr; },
                                   [&] { return "sending, " + stepText(st, i, steps.size(), p, pieces[i]); }));
         }
-        const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
-        char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
         // Bytes still being sent from the user's buffers must not change under the socket.
         if (dst != nullptr)
           for (transport::Connection* c : comm.netConns())

@@ -79,6 +79,12 @@ constexpr Var kVars[] = {
      "NCCL_TOPO_DUMP_FILE"},
     {"LOOM_TOPO_DISABLE", "0",
      "1: communicators neither detect nor merge the hosts' topology (no system graph)"},
+    {"LOOM_CUDA_IPC_DISABLE", "0",
+     "1: all-reduces on device buffers stage through host memory even when every rank shares "
+     "the host (no cuda_ipc kernels)", "NCCL_P2P_DISABLE"},
+    {"LOOM_CUDA_IPC_BYTES", "67108864",
+     "bytes of GPU memory per rank for the cuda_ipc all-reduce (two halves; larger messages go "
+     "in chunks)"},
 };
 
 const char* raw(const char* name) {
@@ -138,6 +144,11 @@ bool topoDisable() {
   return value;
 }
 LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
+bool cudaIpcDisable() {
+  static const bool value = toInt("LOOM_CUDA_IPC_DISABLE") != 0;
+  return value;
+}
+LOOM_ENV_INT(cudaIpcBytes, "LOOM_CUDA_IPC_BYTES")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
 LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")
 LOOM_ENV_INT(spinCount, "LOOM_SPIN_COUNT")

@@ -40,6 +40,8 @@ int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 const std::string& topoFile();       // LOOM_TOPO_FILE
 const std::string& topoDumpFile();   // LOOM_TOPO_DUMP_FILE
 bool topoDisable();                  // LOOM_TOPO_DISABLE
+bool cudaIpcDisable();               // LOOM_CUDA_IPC_DISABLE
+int64_t cudaIpcBytes();              // LOOM_CUDA_IPC_BYTES
 
 // Every declared variable as a markdown table (README.md embeds it).
 std::string markdownTable();

@@ -35,7 +35,8 @@ IbConnection::IbConnection(int peer, std::shared_ptr<Device> device, size_t slot
       depth_(depth),
       stride_(kSlotHeader + roundUp(slotBytes, 64)),
       credits_(depth),
-      recvSizes_(depth, 0) {}
+      recvSizes_(depth, 0),
+      userSends_(depth) {}
 
 Result<std::unique_ptr<IbConnection>> IbConnection::create(int peer,
                                                            std::shared_ptr<Device> device,
@@ -82,7 +83,7 @@ Status IbConnection::init() {
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = static_cast<uint32_t>(sq);
   qa.cap.max_recv_wr = static_cast<uint32_t>(rq);
-  qa.cap.max_send_sge = 1;
+  qa.cap.max_send_sge = 2;  // a slot header, then the payload from registered user memory
   qa.cap.max_recv_sge = 1;
   qp_ = v_.createQp(dev_->pd(), &qa);
   if (qp_ == nullptr) return failure("ibv_create_qp");
@@ -148,6 +149,9 @@ Status IbConnection::connect(const QpInfo& remote) {
 }
 
 IbConnection::~IbConnection() {
+  if (userSendCount_ > 0)
+    LOOM_INFO(kTransport, "ib link to rank %d: %llu sends from registered buffers", peer_,
+              static_cast<unsigned long long>(userSendCount_));
   if (qp_ != nullptr) v_.destroyQp(qp_);
   if (cq_ != nullptr) {
     ackEvents();
@@ -213,6 +217,53 @@ void IbConnection::postSend(size_t bytes) {
   credits_.onPost();
   postWrite(kWrData, slot, kSlotHeader + bytes, i * stride_, true,
             makeImm(Imm::Data, static_cast<uint32_t>(bytes)));
+}
+
+bool IbConnection::sendsFromUser(const void* data, size_t bytes) const {
+  return dev_->lookup(data, bytes) != 0;
+}
+
+bool IbConnection::postSendFrom(const void* data, size_t bytes) {
+  const uint32_t lkey = dev_->lookup(data, bytes);
+  if (lkey == 0 || !credits_.canSend() || !error_.isOk() || !lost_.isOk()) return false;
+  const size_t i = credits_.sendIndex();
+  char* header = sendSlot(i);
+  std::memcpy(header, &next_, sizeof(Stamp));
+  next_ = Stamp{};
+  ibv_sge sge[2] = {};
+  sge[0].addr = reinterpret_cast<uint64_t>(header);
+  sge[0].length = static_cast<uint32_t>(kSlotHeader);
+  sge[0].lkey = mr_->lkey;
+  sge[1].addr = reinterpret_cast<uint64_t>(data);
+  sge[1].length = static_cast<uint32_t>(bytes);
+  sge[1].lkey = lkey;
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = wrId(kWrData);
+  wr.sg_list = sge;
+  wr.num_sge = bytes > 0 ? 2 : 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(makeImm(Imm::Data, static_cast<uint32_t>(bytes)));
+  wr.wr.rdma.remote_addr = remote_.fifoAddr + i * stride_;
+  wr.wr.rdma.rkey = remote_.fifoKey;
+  credits_.onPost();
+  userSends_[i] = {static_cast<const char*>(data), bytes};
+  ++userSendCount_;
+  if (const int rc = ibv_post_send(qp_, &wr, &bad); rc != 0 && error_.isOk()) {
+    errno = rc;
+    error_ = failure("posting a write from registered memory");
+  }
+  return true;
+}
+
+bool IbConnection::sendOverlaps(const void* data, size_t bytes) const {
+  const char* b = static_cast<const char*>(data);
+  for (uint64_t k = credits_.completed; k < credits_.posted; ++k) {
+    const UserSend& u = userSends_[static_cast<size_t>(k % depth_)];
+    if (u.bytes > 0 && b < u.data + u.bytes && u.data < b + bytes) return true;
+  }
+  return false;
 }
 
 const void* IbConnection::tryRecvSlot(size_t* bytes) {
@@ -287,6 +338,7 @@ void IbConnection::handle(const ibv_wc& wc) {
       break;
     }
     case kWrData:
+      userSends_[static_cast<size_t>(credits_.completed % depth_)] = {};
       credits_.onSendComplete();
       break;
     case kWrCredit:

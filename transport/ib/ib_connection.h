@@ -63,6 +63,9 @@ class IbConnection final : public Connection {
   void* trySendSlot() override;
   void postSend(size_t bytes) override;
   void stampNext(const Stamp& stamp) override { next_ = stamp; }
+  bool sendsFromUser(const void* data, size_t bytes) const override;
+  bool postSendFrom(const void* data, size_t bytes) override;
+  bool sendOverlaps(const void* data, size_t bytes) const override;
   const void* tryRecvSlot(size_t* bytes) override;
   Stamp recvStamp() const override;
   void releaseRecv() override;
@@ -108,6 +111,12 @@ class IbConnection final : public Connection {
   QpInfo local_, remote_;
   Credits credits_;
   std::vector<uint32_t> recvSizes_;
+  struct UserSend {
+    const char* data = nullptr;  // a send straight from registered user memory, until it completes
+    size_t bytes = 0;
+  };
+  std::vector<UserSend> userSends_;  // per staging slot
+  uint64_t userSendCount_ = 0;
   Stamp next_;
   uint32_t creditMsgs_ = 0;  // credit writes in the send queue
   bool heartbeatOut_ = false;

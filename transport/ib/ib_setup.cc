@@ -1,6 +1,7 @@
 #include "transport/ib/ib_setup.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -173,6 +174,38 @@ Result<std::shared_ptr<Device>> Device::open(const Verbs& v, const PortChoice& c
 Device::~Device() {
   if (pd_ != nullptr) verbs_->deallocPd(pd_);
   if (ctx_ != nullptr) verbs_->closeDevice(ctx_);
+}
+
+Result<std::shared_ptr<void>> Device::registerRegion(void* addr, size_t len) {
+  ibv_mr* mr = verbs_->regMr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
+  if (mr == nullptr)
+    return LOOM_ERROR(loomSystemError, "ibv_reg_mr of " + std::to_string(len) + " bytes on " +
+                                           describe() + " failed: " + std::strerror(errno));
+  auto* r = new Region{reinterpret_cast<uintptr_t>(addr), reinterpret_cast<uintptr_t>(addr) + len,
+                       mr};
+  {
+    std::lock_guard<std::mutex> lock(regMutex_);
+    regions_.push_back(r);
+  }
+  std::shared_ptr<Device> self = shared_from_this();
+  return std::shared_ptr<void>(r, [self](void* p) {
+    auto* region = static_cast<Region*>(p);
+    {
+      std::lock_guard<std::mutex> lock(self->regMutex_);
+      auto& v = self->regions_;
+      v.erase(std::remove(v.begin(), v.end(), region), v.end());
+    }
+    self->verbs_->deregMr(region->mr);
+    delete region;
+  });
+}
+
+uint32_t Device::lookup(const void* addr, size_t len) const {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(addr), e = b + len;
+  std::lock_guard<std::mutex> lock(regMutex_);
+  for (const Region* r : regions_)
+    if (r->begin <= b && e <= r->end) return r->mr->lkey;
+  return 0;
 }
 
 std::string Device::describe() const {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,7 @@ std::vector<PortChoice> listPorts(const Verbs& v, const net::NameFilter& filter,
 bool available(std::string* why);
 
 // One opened port, shared by a communicator's ib connections.
-class Device {
+class Device : public std::enable_shared_from_this<Device> {
  public:
   static Result<std::shared_ptr<Device>> open(const Verbs& v, const PortChoice& choice,
                                               int gidIndex);
@@ -61,6 +62,12 @@ class Device {
   const ibv_gid& gid() const { return gid_; }
   std::string describe() const;  // "rxe0:1 (RoCE, GID 1, 10 Gb/s)"
 
+  // Registers [addr, addr + len) so this device's sends read it in place; it
+  // stays registered while the returned handle lives. lookup() gives the key
+  // of a registration covering a whole range, 0 when none does.
+  Result<std::shared_ptr<void>> registerRegion(void* addr, size_t len);
+  uint32_t lookup(const void* addr, size_t len) const;
+
  private:
   Device() = default;
   const Verbs* verbs_ = nullptr;
@@ -70,6 +77,12 @@ class Device {
   ibv_port_attr attr_{};
   int gidIndex_ = 0;
   ibv_gid gid_{};
+  struct Region {
+    uintptr_t begin, end;
+    ibv_mr* mr;
+  };
+  mutable std::mutex regMutex_;
+  std::vector<Region*> regions_;
 };
 
 // The GID index to use on a RoCE port: `wanted` when >= 0, else the first

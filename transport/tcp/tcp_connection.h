@@ -29,7 +29,7 @@ class TcpConnection final : public Connection {
   void* trySendSlot() override;
   void postSend(size_t bytes) override;
   void stampNext(const Stamp& stamp) override { next_ = stamp; }
-  bool sendsFromUser() const override { return true; }
+  bool sendsFromUser(const void*, size_t) const override { return true; }
   bool postSendFrom(const void* data, size_t bytes) override;
   bool sendOverlaps(const void* data, size_t bytes) const override;
   const void* tryRecvSlot(size_t* bytes) override;

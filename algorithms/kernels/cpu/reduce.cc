@@ -17,6 +17,7 @@
 #endif
 
 #include "algorithms/kernels/cpu/reduce_isa.h"
+#include "algorithms/kernels/host_device.h"
 
 // PreMulSum multiplies then adds; a fused multiply-add would round once instead of twice and
 // give results that differ from the other levels. Floating-point exceptions are not trapped

@@ -6,6 +6,7 @@
 
 #include "algorithms/kernels/cpu/reduce.h"
 #include "algorithms/kernels/cpu/reduce_isa.h"
+#include "algorithms/kernels/host_device.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define LOOM_KERNELS_AVX2 1

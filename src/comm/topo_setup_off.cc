@@ -1,0 +1,20 @@
+// Built instead of topo_setup.cc when LOOM_TOPOLOGY=OFF: no system graph, as with
+// LOOM_TOPO_DISABLE=1 (the tuner does not need one).
+#include "comm/topo_setup.h"
+
+namespace loom {
+
+Result<std::shared_ptr<const topo::System>> gatherSystem(Comm&) {
+  return std::shared_ptr<const topo::System>();
+}
+
+Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap&, int,
+                                                         const std::vector<std::string>&) {
+  return std::shared_ptr<const topo::System>();
+}
+
+Result<std::string> localHostBlob() {
+  return LOOM_ERROR(loomInvalidUsage, "this build has no topology detection (LOOM_TOPOLOGY=OFF)");
+}
+
+}  // namespace loom
