@@ -184,8 +184,11 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   mine.tcpAddr = c->listener_->address();
   mine.cudaDev = options.cudaDev;
 
+  // A non-blocking communicator's initialisation runs on its worker; loomCommAbort raises
+  // externalAbort, which every wait of the set-up honours.
+  const std::atomic<bool>* abortFlag = externalAbort != nullptr ? externalAbort : &c->aborted_;
   LOOM_ASSIGN(c->bootstrap_, bootstrap::Bootstrap::join(id, rank, nranks, mine.encode(),
-                                                        options.timeoutMs, &c->aborted_));
+                                                        options.timeoutMs, abortFlag));
   for (const std::string& blob : c->bootstrap_->peerInfo()) {
     LOOM_ASSIGN(PeerInfo p, PeerInfo::decode(blob));
     c->peers_.push_back(std::move(p));
@@ -223,7 +226,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
 
   LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_,
                                               c->bootstrap_->secret(), c->bootstrap_->commHash(),
-                                              slotBytes, depth, deadline, &c->aborted_));
+                                              slotBytes, depth, deadline, abortFlag));
   for (auto& conn : tcp) {
     c->netConns_.push_back(conn.get());
     c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
@@ -237,7 +240,6 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu tcp peers, slot %zu B x %zu",
             c->describe().c_str(), local.size() - 1, remote.size(), slotBytes, depth);
-  (void)externalAbort;
   return c;
 }
 
