@@ -271,8 +271,17 @@ void Comm::fail(const Status& s) {
     asyncError_ = s;
   }
   dumpTraceIfConfigured(s.code() == loomTimeout ? "timeout" : "error");
+  // The rank lost first: as noted by the wait that failed, else the first broken link's.
   for (auto& c : conns_)
-    if (c) c->markBroken();
+    if (c && lostRank_.load() < 0 && c->lostRank() >= 0) noteLost(c->lostRank());
+  const int lost = lostRank_.load();
+  for (auto& c : conns_)
+    if (c) c->markBrokenBecause(lost >= 0 ? lost : rank_);
+}
+
+void Comm::noteLost(int r) {
+  int none = -1;
+  lostRank_.compare_exchange_strong(none, r);
 }
 
 Status Comm::checkPeerAlive(int r) const {
