@@ -220,61 +220,18 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
   });
 }
 
-// The ranks that stay pass the new communicator's id over the parent's
-// point-to-point connections among themselves; excluded ranks take no part.
-// The parent must still be healthy between the ranks that stay.
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                              ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   static const char* fn = "ncclCommShrink";
   return shimGuard(fn, [&]() -> ncclResult_t {
-    if (newcomm == nullptr) return fail(ncclInvalidArgument, fn, "newcomm: NULL");
-    *newcomm = nullptr;
-    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
-      return fail(ncclInvalidArgument, fn,
-                  "shrinkFlags: " + std::to_string(shrinkFlags) + " is not a NCCL_SHRINK_* flag");
-    int n = 0, me = 0;
-    ncclResult_t r = fromLoom(loomCommCount(toLoom(comm), &n));
-    if (r != ncclSuccess) return r;
-    if ((r = fromLoom(loomCommUserRank(toLoom(comm), &me))) != ncclSuccess) return r;
-    if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
-      return fail(ncclInvalidArgument, fn, "excludeRanksList: NULL or negative count");
-    std::vector<char> excluded(static_cast<size_t>(n), 0);
-    for (int i = 0; i < excludeRanksCount; ++i) {
-      int x = excludeRanksList[i];
-      if (x < 0 || x >= n)
-        return fail(ncclInvalidArgument, fn, "excludeRanksList[" + std::to_string(i) + "]: " +
-                                                 std::to_string(x) + " is outside [0, " +
-                                                 std::to_string(n) + ")");
-      excluded[static_cast<size_t>(x)] = 1;
-    }
-    if (excluded[static_cast<size_t>(me)])
-      return fail(ncclInvalidUsage, fn, "this rank (" + std::to_string(me) +
-                                            ") is in excludeRanksList; excluded ranks must not "
-                                            "call ncclCommShrink");
-    std::vector<int> stay;
-    int newRank = 0;
-    for (int i = 0; i < n; ++i)
-      if (!excluded[static_cast<size_t>(i)]) {
-        if (i == me) newRank = static_cast<int>(stay.size());
-        stay.push_back(i);
-      }
-    loomUniqueId id;
-    if (stay[0] == me && (r = fromLoom(loomGetUniqueId(&id))) != ncclSuccess) return r;
-    if ((r = fromLoom(loomGroupStart())) != ncclSuccess) return r;
-    loomResult_t lr = loomSuccess;
-    if (stay[0] == me) {
-      for (size_t i = 1; i < stay.size() && lr == loomSuccess; ++i)
-        lr = loomSend(&id, sizeof(id), loomUint8, stay[i], toLoom(comm), nullptr);
-    } else {
-      lr = loomRecv(&id, sizeof(id), loomUint8, stay[0], toLoom(comm), nullptr);
-    }
-    loomResult_t end = loomGroupEnd();
-    if ((r = fromLoom(lr != loomSuccess ? lr : end)) != ncclSuccess) return r;
     loomConfig_t lc;
     loomConfig_t* lcp;
-    if ((r = toLoomConfig(fn, config, &lc, &lcp)) != ncclSuccess) return r;
-    return fromLoom(loomCommInitRankConfig(reinterpret_cast<loomComm_t*>(newcomm),
-                                           static_cast<int>(stay.size()), id, newRank, lcp));
+    ncclResult_t r = toLoomConfig(fn, config, &lc, &lcp);
+    if (r != ncclSuccess) return r;
+    static_assert(NCCL_SHRINK_DEFAULT == LOOM_SHRINK_DEFAULT && NCCL_SHRINK_ABORT == LOOM_SHRINK_ABORT,
+                  "shrink flags");
+    return fromLoom(loomCommShrink(toLoom(comm), excludeRanksList, excludeRanksCount,
+                                   reinterpret_cast<loomComm_t*>(newcomm), lcp, shrinkFlags));
   });
 }
 

@@ -99,6 +99,13 @@ class Connection {
 
   // Tells the peer that this rank failed; its waits on us end with an error.
   virtual void markBroken() = 0;
+  // As markBroken, saying that this rank failed because rank `lostRank` did (a death this rank
+  // saw first), so that the peer's error names the rank actually lost. Transports that cannot
+  // carry it just break the link.
+  virtual void markBrokenBecause(int lostRank) { markBroken(); }
+  // Once progress() or checkRecv() failed: the rank whose loss broke this link (the peer, or
+  // the rank the peer said it lost); -1 when unknown.
+  virtual int lostRank() const { return -1; }
 };
 
 }  // namespace loom::transport

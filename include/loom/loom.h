@@ -172,6 +172,24 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
 loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
                            loomConfig_t* config);
 
+/// Flags of loomCommShrink (NCCL's values).
+#define LOOM_SHRINK_DEFAULT 0x00
+#define LOOM_SHRINK_ABORT 0x01
+
+/// Makes a communicator of comm's ranks without those in excludeRanksList, in old rank
+/// order, for instance after ranks died (no id is passed: every rank that stays derives the
+/// same one from comm's secret, and the lowest of them hosts its rendezvous at the address of
+/// its old transport listener). Works on a failed communicator. Collective over the ranks
+/// that stay; excluded ranks must not call it. comm stays valid and must still be destroyed.
+/// @param excludeRanksList ranks of comm to leave out (NULL when excludeRanksCount is 0).
+/// @param excludeRanksCount entries in excludeRanksList.
+/// @param newcomm receives the new communicator.
+/// @param config options for it, or NULL to take comm's.
+/// @param shrinkFlags LOOM_SHRINK_DEFAULT (comm's queued operations finish first) or
+///        LOOM_SHRINK_ABORT (comm's outstanding operations are aborted first).
+loomResult_t loomCommShrink(loomComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                            loomComm_t* newcomm, loomConfig_t* config, int shrinkFlags);
+
 /// Completes outstanding operations; the communicator can then only be destroyed.
 loomResult_t loomCommFinalize(loomComm_t comm);
 

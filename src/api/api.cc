@@ -14,6 +14,7 @@
 #include "bootstrap/unique_id.h"
 #include "mem/mem.h"
 #include "util/log.h"
+#include "util/wait.h"
 
 namespace loom::api {
 namespace {
@@ -92,11 +93,18 @@ Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
   (void)parsed;
   LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
   opts.cudaDev = cudaDev >= 0 ? cudaDev : device::currentDevice();
-  LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts));
-  auto* h = new loomComm{std::move(impl)};
-  registerComm(h);
-  *out = h;
-  return Status::ok();
+  return initComm(out, nranks, id, rank, opts);
+}
+
+// Makes the communicator of a non-blocking handle visible; a loomCommAbort that came during
+// the initialisation aborts it at once.
+void publish(loomComm* h, std::unique_ptr<Comm> impl) {
+  Comm* c = impl.get();
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    h->impl = std::move(impl);
+  }
+  if (h->abortRequested.load()) c->abort();
 }
 
 }  // namespace
@@ -107,6 +115,7 @@ loomResult_t guard(const char* fn, const std::function<Status()>& f) {
   try {
     Status s = f();
     if (s.isOk()) return loomSuccess;
+    if (s.code() == loomInProgress && s.message().empty()) return loomInProgress;
     setLastError(std::string(fn) + ": " + s.message());
     LOOM_INFO(kAll, "%s failed: %s", fn, s.message().c_str());
     return s.code();
@@ -134,10 +143,61 @@ void unregisterComm(loomComm* c) {
 
 Result<Comm*> lookup(loomComm* c, const char* argName) {
   std::lock_guard<std::mutex> lock(registryMutex());
-  if (c == nullptr || registry().count(c) == 0 || !c->impl)
+  if (c == nullptr || registry().count(c) == 0)
     return LOOM_ERROR(loomInvalidArgument,
                       std::string(argName) + ": NULL or destroyed communicator");
+  if (!c->impl) {
+    Status e = c->worker ? c->worker->error() : Status::ok();
+    if (!e.isOk())
+      return Status(e.code(), std::string(argName) + ": initialisation failed: " + e.message());
+    return LOOM_ERROR(loomInvalidUsage,
+                      std::string(argName) +
+                          ": still initialising (non-blocking); poll loomCommGetAsyncError "
+                          "until it returns loomSuccess");
+  }
   return c->impl.get();
+}
+
+Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
+                const CommOptions& opts) {
+  if (opts.blocking) {
+    LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts));
+    auto* h = new loomComm();
+    h->impl = std::move(impl);
+    registerComm(h);
+    *out = h;
+    return Status::ok();
+  }
+  auto* h = new loomComm();
+  h->worker = std::make_unique<AsyncWorker>(rank);
+  registerComm(h);
+  *out = h;
+  h->worker->post([h, id, nranks, rank, opts]() -> Status {
+    LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts, &h->abortRequested));
+    publish(h, std::move(impl));
+    return Status::ok();
+  });
+  return inProgress();
+}
+
+Status asyncError(loomComm* h, loomResult_t* out) {
+  // Under the registry's mutex throughout, so that a loomCommAbort on another thread cannot
+  // free the handle while it is read.
+  std::lock_guard<std::mutex> lock(registryMutex());
+  if (h == nullptr || registry().count(h) == 0)
+    return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
+  if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "asyncError: NULL");
+  if (h->worker && h->worker->busy()) {
+    *out = loomInProgress;
+    return Status::ok();
+  }
+  Status e = h->worker ? h->worker->error() : Status::ok();
+  if (e.isOk() && h->impl) e = h->impl->asyncError();
+  if (e.isOk() && h->impl) e = device::asyncError(*h->impl);  // a staged or cuda_ipc failure
+  *out = e.code();
+  // The failure happened on another thread: make its text this thread's last error.
+  if (!e.isOk()) setLastError("loomCommGetAsyncError: " + e.message());
+  return Status::ok();
 }
 
 const char* lastError() { return tLastError.c_str(); }
@@ -178,6 +238,10 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
     return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
   LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
   if (config == nullptr) opts = comm->options();
+  // A non-blocking parent first finishes what it has queued, so every rank splits after the
+  // same operations.
+  if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000))
+    return LOOM_ERROR(loomTimeout, "comm: queued operations did not finish within the timeout");
   std::lock_guard<std::mutex> lock(comm->opMutex());
   const int n = comm->nranks();
   std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
@@ -199,24 +263,34 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   if (members.empty()) return Status::ok();
   int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank()) -
                                  members.begin());
-  LOOM_ASSIGN(auto impl, Comm::create(ids[static_cast<size_t>(members[0])],
-                                      static_cast<int>(members.size()), newRank, opts));
-  auto* nh = new loomComm{std::move(impl)};
-  registerComm(nh);
-  *newcomm = nh;
-  return Status::ok();
+  return initComm(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])],
+                  newRank, opts);
 }
 
 Status destroy(loomComm* h, bool abort) {
-  LOOM_ASSIGN(Comm * comm, lookup(h));
-  if (abort) comm->abort();
-  device::release(*comm, abort);
+  Comm* comm = nullptr;
   {
-    // Wait for an operation running on another thread to leave.
-    std::lock_guard<std::mutex> lock(comm->opMutex());
+    std::lock_guard<std::mutex> lock(registryMutex());
+    if (h == nullptr || registry().count(h) == 0)
+      return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
+    if (abort) h->abortRequested.store(true);
+    comm = h->impl.get();
   }
-  comm->dumpTraceIfConfigured(abort ? "abort" : "destroy");
-  unregisterComm(h);
+  if (abort && comm != nullptr) comm->abort();
+  // A non-blocking communicator's worker finishes its queue (destroy) or drops it (abort; the
+  // flag ends a running initialisation or operation), then ends.
+  if (h->worker) h->worker->stop(abort);
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    comm = h->impl.get();
+    registry().erase(h);
+  }
+  if (comm != nullptr) {
+    device::release(*comm, abort);  // staged device calls finish (or, on abort, are dropped)
+    // Wait for an operation running on another thread to leave.
+    { std::lock_guard<std::mutex> lock(comm->opMutex()); }
+    comm->dumpTraceIfConfigured(abort ? "abort" : "destroy");
+  }
   delete h;
   return Status::ok();
 }
@@ -355,6 +429,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 loomResult_t loomCommFinalize(loomComm_t comm) {
   return guard("loomCommFinalize", [&]() -> Status {
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    if (comm->worker && comm->worker->busy()) return loom::api::inProgress();
     std::lock_guard<std::mutex> lock(c->opMutex());
     return c->asyncError();
   });
@@ -369,13 +444,7 @@ loomResult_t loomCommAbort(loomComm_t comm) {
 }
 
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
-  return guard("loomCommGetAsyncError", [&]() -> Status {
-    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
-    if (asyncError == nullptr) return LOOM_ERROR(loomInvalidArgument, "asyncError: NULL");
-    *asyncError = c->asyncError().code();
-    if (*asyncError == loomSuccess) *asyncError = loom::device::asyncError(*c).code();
-    return Status::ok();
-  });
+  return guard("loomCommGetAsyncError", [&] { return loom::api::asyncError(comm, asyncError); });
 }
 
 loomResult_t loomCommCount(const loomComm_t comm, int* count) {

@@ -3,17 +3,24 @@
 // groups collect.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "api/async.h"
 #include "comm/comm.h"
 #include "loom/loom.h"
 
+// impl is null while a non-blocking communicator initialises (and stays null if that fails);
+// it is set, and read by other threads, under the registry's mutex.
 struct loomComm {
   std::unique_ptr<loom::Comm> impl;
+  std::unique_ptr<loom::api::AsyncWorker> worker;  // non-blocking communicators only
+  std::atomic<bool> abortRequested{false};         // loomCommAbort, seen by a running init
+  uint32_t shrinks = 0;  // loomCommShrink calls so far: each derives a different id
 };
 
 namespace loom::api {
@@ -26,8 +33,14 @@ void setLastError(const std::string& message);
 // Registry of live communicators, so a destroyed or bogus handle is an error.
 void registerComm(loomComm* c);
 void unregisterComm(loomComm* c);
-// loomInvalidArgument naming `argName` unless c is a live communicator.
+// loomInvalidArgument naming `argName` unless c is a live communicator; loomInvalidUsage
+// while a non-blocking communicator still initialises or after its initialisation failed.
 Result<Comm*> lookup(loomComm* c, const char* argName = "comm");
+
+// Creates this rank's communicator with resolved options: at once (blocking), or in the
+// background of a new worker (non-blocking: returns inProgress() with *out already set).
+Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
+                const CommOptions& opts);
 
 // One queued call: a collective or one side of a send/receive.
 struct Call {
@@ -46,7 +59,8 @@ struct Call {
 // The reduction of a call (built-in op or the communicator's PreMulSum).
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 
-// Runs the call now, or queues it when this thread is inside a group.
+// Runs the call now, queues it when this thread is inside a group, or hands it to the
+// communicator's worker (non-blocking: returns inProgress()).
 Status submit(const Call& call);
 bool inGroup();
 

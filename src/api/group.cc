@@ -274,12 +274,24 @@ Status runCalls(Comm& comm, const std::vector<Call>& calls) {
   return runOnComm(comm, calls);
 }
 
+namespace {
+
+// Non-blocking communicators: the calls run on the communicator's worker, after those queued
+// before them. The handle outlives its worker (loomCommDestroy/Abort stop it first).
+Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
+  h->worker->post([comm, calls = std::move(calls)] { return runCalls(*comm, calls); });
+  return inProgress();
+}
+
+}  // namespace
+
 Status submit(const Call& call) {
   if (inGroup()) {
     tGroup.calls.push_back(call);
     return Status::ok();
   }
   LOOM_ASSIGN(Comm * comm, lookup(call.comm));
+  if (call.comm->worker) return post(call.comm, comm, {call});
   return runCalls(*comm, {call});
 }
 
@@ -293,11 +305,24 @@ Status runGroup(std::vector<Call> calls) {
     byComm[c.comm].push_back(c);
   }
   std::vector<Comm*> comms;
+  bool posted = false;
   for (loomComm* h : order) {
     LOOM_ASSIGN(Comm * c, lookup(h));
     comms.push_back(c);
   }
-  if (comms.size() == 1) return runCalls(*comms[0], byComm[order[0]]);
+  // Non-blocking communicators take their share to their workers; the rest run here.
+  for (size_t i = comms.size(); i-- > 0;) {
+    if (!order[i]->worker) continue;
+    (void)post(order[i], comms[i], std::move(byComm[order[i]]));
+    posted = true;
+    comms.erase(comms.begin() + static_cast<long>(i));
+    order.erase(order.begin() + static_cast<long>(i));
+  }
+  if (comms.empty()) return inProgress();
+  if (comms.size() == 1) {
+    Status s = runCalls(*comms[0], byComm[order[0]]);
+    return !s.isOk() || !posted ? s : inProgress();
+  }
   std::vector<Status> results(comms.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < comms.size(); ++i)
@@ -305,7 +330,7 @@ Status runGroup(std::vector<Call> calls) {
   for (auto& t : threads) t.join();
   for (const Status& s : results)
     if (!s.isOk()) return s;
-  return Status::ok();
+  return posted ? inProgress() : Status::ok();
 }
 
 }  // namespace

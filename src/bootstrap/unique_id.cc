@@ -482,6 +482,17 @@ Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUni
   return Status::ok();
 }
 
+Status makeDerivedUniqueId(const sockaddr_in& root, const std::string& text, loomUniqueId* out) {
+  if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "uniqueId is NULL");
+  if (root.sin_port == 0) return LOOM_ERROR(loomInvalidArgument, "root: port 0");
+  IdContents c;
+  c.root = root;
+  c.secret = deriveSecret(text);
+  c.rootOnRank0 = true;
+  encodeUniqueId(c, out);
+  return Status::ok();
+}
+
 Status makeLocalUniqueId(loomUniqueId* out) { return makeLocalUniqueId(out, env::timeoutMs()); }
 
 Status makeLocalUniqueId(loomUniqueId* out, int64_t rootTimeoutMs) {

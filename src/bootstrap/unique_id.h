@@ -32,6 +32,11 @@ Status makeUniqueId(loomUniqueId* out);
 // gets the same id, and rank 0 starts the root in join(). varName names the source in errors.
 Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUniqueId* out);
 
+// An id whose root rank 0 hosts at `root`, with a secret derived from `text`: every process
+// that passes the same arguments gets the same id (loomCommShrink derives one on every
+// survivor from the parent's secret, so no id travels).
+Status makeDerivedUniqueId(const sockaddr_in& root, const std::string& text, loomUniqueId* out);
+
 // Makes a fresh id whose root always runs in a background thread of this
 // process, whatever LOOM_COMM_ID says: for communicators made inside a running
 // job (loomCommInitAll, loomCommSplit), which must not reuse the fixed address.

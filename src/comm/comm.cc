@@ -192,8 +192,11 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   mine.cudaDev = options.cudaDev;
   LOOM_ASSIGN(mine.ib, wantIb());
 
+  // A non-blocking communicator's initialisation runs on its worker; loomCommAbort raises
+  // externalAbort, which every wait of the set-up honours.
+  const std::atomic<bool>* abortFlag = externalAbort != nullptr ? externalAbort : &c->aborted_;
   LOOM_ASSIGN(c->bootstrap_, bootstrap::Bootstrap::join(id, rank, nranks, mine.encode(),
-                                                        options.timeoutMs, &c->aborted_));
+                                                        options.timeoutMs, abortFlag));
   for (const std::string& blob : c->bootstrap_->peerInfo()) {
     LOOM_ASSIGN(PeerInfo p, PeerInfo::decode(blob));
     c->peers_.push_back(std::move(p));
@@ -245,7 +248,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   for (int r : ibPeers) remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr, true});
   LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_,
                                               c->bootstrap_->secret(), c->bootstrap_->commHash(),
-                                              slotBytes, depth, deadline, &c->aborted_));
+                                              slotBytes, depth, deadline, abortFlag));
   std::vector<std::unique_ptr<transport::Connection>> watches(static_cast<size_t>(nranks));
   for (auto& conn : tcp) {
     const int r = conn->peer();
@@ -267,7 +270,6 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
             c->describe().c_str(), local.size() - 1, ibPeers.size(), tcpPeers, slotBytes,
             depth);
-  (void)externalAbort;
   return c;
 }
 
@@ -380,8 +382,17 @@ void Comm::fail(const Status& s) {
     asyncError_ = s;
   }
   dumpTraceIfConfigured(s.code() == loomTimeout ? "timeout" : "error");
+  // The rank lost first: as noted by the wait that failed, else the first broken link's.
   for (auto& c : conns_)
-    if (c) c->markBroken();
+    if (c && lostRank_.load() < 0 && c->lostRank() >= 0) noteLost(c->lostRank());
+  const int lost = lostRank_.load();
+  for (auto& c : conns_)
+    if (c) c->markBrokenBecause(lost >= 0 ? lost : rank_);
+}
+
+void Comm::noteLost(int r) {
+  int none = -1;
+  lostRank_.compare_exchange_strong(none, r);
 }
 
 Status Comm::checkPeerAlive(int r) const {

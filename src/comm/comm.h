@@ -102,8 +102,11 @@ class Comm {
 
   // The first asynchronous failure (a peer died, a timeout); success if none.
   Status asyncError() const;
-  // Records a failure and breaks every connection so that peers fail fast.
+  // Records a failure and breaks every connection so that peers fail fast, telling them the
+  // lost rank noted by noteLost (else this rank) so that their errors name it.
   void fail(const Status& s);
+  // The rank whose loss this rank saw first (a dead process, or the rank a broken link names).
+  void noteLost(int r);
 
   // loomCheckPeer: loomRemoteError if peer r is on this host and its process
   // has exited.
@@ -171,6 +174,7 @@ class Comm {
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;
   Status asyncError_;
+  std::atomic<int> lostRank_{-1};
   std::vector<std::unique_ptr<kernels::Reducer>> userOps_;
   std::unique_ptr<trace::FlightRecorder> recorder_;
   std::vector<std::pair<uint64_t, uint64_t>> stampsSent_;

@@ -20,10 +20,20 @@ std::string Waiter::where() const {
   return comm_.describe() + ": " + op_.name + " #" + std::to_string(op_.seq);
 }
 
-Status Waiter::failed(Status s, const std::string& what) {
+Status Waiter::failed(Status s, const std::string& what, int peer) {
   if (comm_.aborted())
     return LOOM_ERROR(loomInvalidUsage, where() + " was aborted by loomCommAbort");
-  return s.prefix(where() + " (" + what + "): ");
+  // The link names the rank lost first; where that rank shares this host, say whether its
+  // process is gone.
+  const int lost = comm_.conn(peer)->lostRank();
+  if (lost >= 0) comm_.noteLost(lost);
+  std::string more;
+  if (lost >= 0 && lost != peer && lost != comm_.rank()) {
+    Status alive = comm_.checkPeerAlive(lost);
+    if (!alive.isOk()) more = "; " + alive.message();
+  }
+  s.prefix(where() + " (" + what + "): ");
+  return more.empty() ? s : Status(s.code(), s.message() + more, s.file(), s.line());
 }
 
 Status Waiter::check(int peer, const std::string& what, int64_t* nextLiveCheck) {
@@ -43,7 +53,10 @@ Status Waiter::check(int peer, const std::string& what, int64_t* nextLiveCheck) 
   if (now >= *nextLiveCheck) {
     *nextLiveCheck = now + 100'000'000;
     Status s = comm_.checkPeerAlive(peer);
-    if (!s.isOk()) return s.prefix(where + ": " + what + ": ");
+    if (!s.isOk()) {
+      comm_.noteLost(peer);
+      return s.prefix(where + ": " + what + ": ");
+    }
   }
   return Status::ok();
 }

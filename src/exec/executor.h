@@ -83,7 +83,7 @@ class Waiter {
   static void yieldCpu();
   Status check(int peer, const std::string& what, int64_t* nextLiveCheck);
   // A transport failure, put in the operation's terms (or the abort's).
-  Status failed(Status s, const std::string& what);
+  Status failed(Status s, const std::string& what, int peer);
   std::string where() const;
   void block(transport::Connection* conn, bool forSend);
 
@@ -125,7 +125,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
     // Data that arrived counts even if the peer failed or left afterwards.
     if (ready()) return Status::ok();
     if (s.isOk() && !forSend) s = conn->checkRecv();
-    if (!s.isOk()) return failed(s, what());
+    if (!s.isOk()) return failed(s, what(), conn->peer());
     if (i < spins) {
       cpuRelax();
       continue;
@@ -155,7 +155,7 @@ Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint
     }
     if (i == spins) blockedSince = nowNs();
     Status s = comm_.conn(peer)->progress();
-    if (!s.isOk()) return ready() ? Status::ok() : failed(s, what());
+    if (!s.isOk()) return ready() ? Status::ok() : failed(s, what(), peer);
     s = check(peer, what(), &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + 16) {

@@ -7,7 +7,8 @@
 // Checked besides crashes: the frames delivered, their sizes, payloads and stamps, and the way
 // the stream ends (clean close, a frame larger than a slot, a close in the middle of a frame)
 // match an independent reading of the stream here: a frame is a 40-byte header {uint32 size,
-// uint32 reserved, Stamp (32 bytes)} and then size bytes.
+// uint32 flags, Stamp (32 bytes)} and then size bytes; an empty frame with the top bit of flags
+// set is a goodbye (the peer failed, naming the rank it lost) and ends the stream cleanly.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,6 +42,9 @@ End expectedFrames(const std::string& s, size_t slotBytes, std::vector<Frame>* o
     if (s.size() - pos < kHeader) return End::Truncated;
     uint32_t size;
     std::memcpy(&size, s.data() + pos, 4);
+    uint32_t flags;
+    std::memcpy(&flags, s.data() + pos + 4, 4);
+    if (size == 0 && (flags & 0x80000000u) != 0) return End::Clean;
     if (size > slotBytes) return End::Oversize;
     if (s.size() - pos - kHeader < size) return End::Truncated;
     Frame f;

@@ -1,10 +1,10 @@
 // Faults over many random seeds: a rank SIGKILLed at a random moment of a
 // random collective (random type, size, root and victim), over shared memory
 // and over TCP. Every survivor must fail with loomRemoteError or loomTimeout
-// within the timeout, name the lost rank (or a survivor that failed first, whose
-// error in turn leads to the lost rank: a broken link does not carry its cause,
-// so LOOM_FAULT_STRICT_NAMING=1, which demands the lost rank itself, fails
-// today), abort or destroy its communicator promptly, and leave nothing behind: no shared-memory segment of the
+// within the timeout, name the lost rank itself (a survivor that fails because
+// a neighbour failed first learns the lost rank from the broken link: the
+// shared-memory `broken` word or the TCP goodbye frame carries it;
+// LOOM_FAULT_STRICT_NAMING=0 accepts a chain of blame instead), abort or destroy its communicator promptly, and leave nothing behind: no shared-memory segment of the
 // communicator, no extra file descriptor, no extra thread. Then the survivors
 // recover without restarting: they build a new communicator among themselves
 // (a fresh unique id passed through shared memory, since loomCommSplit needs
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "leaks.h"
 
 namespace loomtest {
 namespace {
@@ -43,73 +44,6 @@ constexpr double kPromptS = 2.0;  // loomCommAbort / loomCommDestroy after a fai
 int envInt(const char* name, int fallback) {
   const char* v = getenv(name);
   return v != nullptr && *v != '\0' ? atoi(v) : fallback;
-}
-
-// ---- What a rank owns: file descriptors, threads, shared-memory segments ----
-
-int countEntries(const char* dir) {
-  DIR* d = opendir(dir);
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  closedir(d);
-  return n;
-}
-
-struct Footprint {
-  int fds = 0;
-  int threads = 0;
-};
-
-Footprint footprint() { return {countEntries("/proc/self/fd"), countEntries("/proc/self/task")}; }
-
-// The communicator's hash names its shared-memory segments (/dev/shm/loom-<hash>-<rank>); the
-// flight-recorder dump is the public way to learn it.
-uint64_t commHash(loomComm_t comm) {
-  const std::string path = "/tmp/loom_fault_" + std::to_string(getpid()) + ".json";
-  if (loomCommDumpTrace(comm, path.c_str()) != loomSuccess) return 0;
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path.c_str());
-  const std::string json = text.str(), key = "\"commHash\":\"";
-  const size_t at = json.find(key);
-  return at == std::string::npos ? 0 : strtoull(json.c_str() + at + key.size(), nullptr, 16);
-}
-
-std::vector<std::string> segmentsOf(uint64_t hash, int nranks) {
-  std::vector<std::string> left;
-  for (int r = 0; r < nranks; ++r) {
-    char path[96];
-    snprintf(path, sizeof(path), "/dev/shm/loom-%016llx-%d", static_cast<unsigned long long>(hash),
-             r);
-    if (access(path, F_OK) == 0) left.push_back(path);
-  }
-  return left;
-}
-
-// Problems with what this rank still holds, against `before` (taken before its first init).
-// Threads and fds get a moment to go: a rendezvous root thread ends once every rank joined.
-std::vector<std::string> leaks(const Footprint& before, const std::vector<uint64_t>& hashes,
-                               int nranks) {
-  Footprint now = footprint();
-  for (int i = 0; i < 200 && (now.fds != before.fds || now.threads != before.threads); ++i) {
-    usleep(10000);
-    now = footprint();
-  }
-  std::vector<std::string> problems;
-  if (now.fds != before.fds)
-    problems.push_back(std::to_string(now.fds) + " open fds, " + std::to_string(before.fds) +
-                       " before init");
-  if (now.threads != before.threads)
-    problems.push_back(std::to_string(now.threads) + " threads, " +
-                       std::to_string(before.threads) + " before init");
-  for (uint64_t h : hashes) {
-    if (h == 0) problems.push_back("could not learn a communicator's hash");
-    for (const std::string& s : segmentsOf(h, nranks)) problems.push_back(s + " remains");
-  }
-  return problems;
 }
 
 // ---- One kill case ----
@@ -265,10 +199,10 @@ int killRank(const KillPlan& p, FaultPage* page, RankContext& ctx) {
   if (afterKillS > kTimeoutMs / 1000.0 + kSlackS)
     fail("the error came " + std::to_string(afterKillS) + " s after the kill");
   // A survivor whose wait was on the dead rank names it; one that waited on a survivor which had
-  // already failed names that survivor (a broken link carries no cause). The test checks the
-  // chain in the parent; LOOM_FAULT_STRICT_NAMING=1 demands the lost rank itself.
+  // already failed names the rank that survivor lost (carried by the broken link). The parent
+  // also checks the chain of blame, all that LOOM_FAULT_STRICT_NAMING=0 demands.
   page->blamed[ctx.rank].store(blamedRank(message));
-  if (envInt("LOOM_FAULT_STRICT_NAMING", 0) != 0 && blamedRank(message) != p.victim)
+  if (envInt("LOOM_FAULT_STRICT_NAMING", 1) != 0 && blamedRank(message) != p.victim)
     fail("the error does not name rank " + std::to_string(p.victim) + ": " + message);
 
   // What loomCommSplit does on a communicator that lost a rank.
@@ -377,8 +311,7 @@ TEST_P(RandomKillTest, SurvivorsFailNameTheRankLeakNothingAndRecover) {
     EXPECT_TRUE(ok) << plan.describe() << "\n" << res.report(true);
     passed += ok;
   }
-  printf("%d of %d kill cases passed in %.1f s; %d of %d survivors named the lost rank itself, "
-         "the others a survivor that had failed before them\n",
+  printf("%d of %d kill cases passed in %.1f s; %d of %d survivors named the lost rank itself\n",
          passed, seeds, nowSeconds() - start, direct, survivors);
   munmap(page, sizeof(FaultPage));
 }

@@ -329,6 +329,7 @@ void IbConnection::handle(const ibv_wc& wc) {
           break;
         case Imm::Broken:
           peerBroken_ = true;
+          if (immValue(imm) > 0) peerLost_ = static_cast<int>(immValue(imm)) - 1;
           break;
         default:
           error_ = LOOM_ERROR(loomInternalError,
@@ -401,20 +402,22 @@ Status IbConnection::progress() {
     }
   }
   if (!error_.isOk()) return error_;
-  if (peerBroken_)
-    return LOOM_ERROR(loomRemoteError,
-                      "rank " + std::to_string(peer_) + " failed or aborted (ib link)");
+  if (peerBroken_) return brokenError();
   // A lost link fails a sender at once; a receiver once it has consumed what arrived.
   if (!lost_.isOk() && (sendBlocked_ || !credits_.flushed())) return lost_;
   return Status::ok();
 }
 
+Status IbConnection::brokenError() const {
+  std::string msg = "rank " + std::to_string(peer_) + " failed or aborted (ib link)";
+  if (peerLost_ >= 0) msg += " because rank " + std::to_string(peerLost_) + " failed";
+  return LOOM_ERROR(loomRemoteError, msg);
+}
+
 Status IbConnection::checkRecv() const {
   if (!error_.isOk()) return error_;
   if (!lost_.isOk() && !credits_.hasArrival()) return lost_;
-  if (peerBroken_ && !credits_.hasArrival())
-    return LOOM_ERROR(loomRemoteError,
-                      "rank " + std::to_string(peer_) + " failed or aborted (ib link)");
+  if (peerBroken_ && !credits_.hasArrival()) return brokenError();
   return Status::ok();
 }
 
@@ -438,11 +441,20 @@ void IbConnection::wait(bool forSend, int64_t timeoutUs) {
   poll(&p, 1, static_cast<int>((timeoutUs + 999) / 1000));
 }
 
-void IbConnection::markBroken() {
+void IbConnection::markBroken() { markBrokenBecause(-1); }
+
+void IbConnection::markBrokenBecause(int lostRank) {
   // Any thread; the provider serialises posts to one queue pair.
-  if (watch_) watch_->markBroken();
+  if (watch_) watch_->markBrokenBecause(lostRank);
   if (qp_ == nullptr || remote_.fifoKey == 0 || brokenSent_.exchange(true)) return;
-  post(kWrBroken, nullptr, 0, 0, true, makeImm(Imm::Broken, 0));
+  const uint32_t said = lostRank >= 0 && lostRank != peer_ ? static_cast<uint32_t>(lostRank) + 1 : 0;
+  post(kWrBroken, nullptr, 0, 0, true, makeImm(Imm::Broken, said));
+}
+
+int IbConnection::lostRank() const {
+  if (peerLost_ >= 0) return peerLost_;
+  if (watch_ && watch_->lostRank() >= 0) return watch_->lostRank();
+  return peerBroken_ || !lost_.isOk() ? peer_ : -1;
 }
 
 }  // namespace loom::transport::ib

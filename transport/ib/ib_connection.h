@@ -77,6 +77,8 @@ class IbConnection final : public Connection {
   short pollEvents() const override;
   bool prepareWait() override;
   void markBroken() override;
+  void markBrokenBecause(int lostRank) override;
+  int lostRank() const override;
 
  private:
   IbConnection(int peer, std::shared_ptr<Device> device, size_t slotBytes, size_t depth);
@@ -95,6 +97,7 @@ class IbConnection final : public Connection {
   char* sendSlot(size_t i) { return staging_ + i * stride_; }
   const char* recvSlot(size_t i) const { return fifo_ + i * stride_; }
   Status failure(const std::string& what);
+  Status brokenError() const;
 
   int peer_;
   std::shared_ptr<Device> dev_;
@@ -127,6 +130,7 @@ class IbConnection final : public Connection {
   Status lost_;   // an error completion: the queue pair is dead
   bool sendBlocked_ = false;  // the last trySendSlot() found no slot
   bool peerBroken_ = false;
+  int peerLost_ = -1;  // the rank whose failure made the peer break the link, if it said
   std::atomic<bool> brokenSent_{false};
 };
 

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_connection.h"
 
+#include <algorithm>
 #include <string>
 
 #include "util/wait.h"
@@ -38,10 +39,20 @@ void ShmConnection::releaseRecv() {
 }
 
 Status ShmConnection::progress() {
-  if ((in_->broken.load(std::memory_order_relaxed) | out_->broken.load(std::memory_order_relaxed)) != 0)
-    return LOOM_ERROR(loomRemoteError,
-                      "rank " + std::to_string(peer_) + " failed or aborted (shared-memory link)");
-  return Status::ok();
+  if ((in_->broken.load(std::memory_order_relaxed) | out_->broken.load(std::memory_order_relaxed)) == 0)
+    return Status::ok();
+  const int lost = lostRank();
+  if (lost != peer_)
+    return LOOM_ERROR(loomRemoteError, "rank " + std::to_string(peer_) +
+                                           " broke the shared-memory link because rank " +
+                                           std::to_string(lost) + " failed");
+  return LOOM_ERROR(loomRemoteError,
+                    "rank " + std::to_string(peer_) + " failed or aborted (shared-memory link)");
+}
+
+int ShmConnection::lostRank() const {
+  const uint32_t v = std::max(in_->broken.load(), out_->broken.load());
+  return v >= 2 ? static_cast<int>(v - 2) : v == 1 ? peer_ : -1;
 }
 
 void ShmConnection::wait(bool forSend, int64_t timeoutUs) {
@@ -58,9 +69,28 @@ void ShmConnection::wait(bool forSend, int64_t timeoutUs) {
   }
 }
 
+namespace {
+
+// Keeps the first cause written: 0 (sound) -> 1 (broken) -> lost rank + 2.
+void breakWord(std::atomic<uint32_t>& w, uint32_t v) {
+  uint32_t cur = w.load();
+  while (cur < 2 && cur < v && !w.compare_exchange_weak(cur, v)) {
+  }
+}
+
+}  // namespace
+
+void ShmConnection::markBrokenBecause(int lostRank) {
+  if (lostRank >= 0 && lostRank != peer_) {
+    breakWord(out_->broken, static_cast<uint32_t>(lostRank) + 2);
+    breakWord(in_->broken, static_cast<uint32_t>(lostRank) + 2);
+  }
+  markBroken();
+}
+
 void ShmConnection::markBroken() {
-  out_->broken.store(1);
-  in_->broken.store(1);
+  breakWord(out_->broken, 1);
+  breakWord(in_->broken, 1);
   futexWakeAll(&out_->head);
   futexWakeAll(&out_->tail);
   futexWakeAll(&in_->head);

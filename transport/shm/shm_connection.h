@@ -25,7 +25,7 @@ struct alignas(64) ShmFifo {
   char pad1[60];
   std::atomic<uint32_t> recvWaiting;
   std::atomic<uint32_t> sendWaiting;
-  std::atomic<uint32_t> broken;  // set by either side on failure
+  std::atomic<uint32_t> broken;  // set by either side on failure: 1, or lost rank + 2
   uint32_t pad2;
   uint64_t sizes[kShmMaxDepth];  // bytes in each slot
   Stamp stamps[kShmMaxDepth];    // each slot's arrival news
@@ -57,6 +57,8 @@ class ShmConnection final : public Connection {
   bool flushed() const override { return true; }
   void wait(bool forSend, int64_t timeoutUs) override;
   void markBroken() override;
+  void markBrokenBecause(int lostRank) override;
+  int lostRank() const override;
 
  private:
   Stamp next_;  // for the next slot posted

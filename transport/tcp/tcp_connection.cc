@@ -12,12 +12,14 @@
 namespace loom::transport {
 
 namespace {
-// A frame is a header (the payload's length and the slot's stamp), then the payload.
+// A frame is a header (the payload's length and the slot's stamp), then the payload. A header
+// with size 0 and kGoodbye set in `flags` is a failing peer's last word: the rank it lost.
 struct FrameHeader {
   uint32_t size;
-  uint32_t reserved;
+  uint32_t flags;
   Stamp stamp;
 };
+constexpr uint32_t kGoodbye = 0x80000000u;
 constexpr size_t kHeader = sizeof(FrameHeader);
 static_assert(kHeader == 40, "recvHeader_ holds one header");
 }  // namespace
@@ -76,8 +78,27 @@ const void* TcpConnection::tryRecvSlot(size_t* bytes) {
 
 void TcpConnection::releaseRecv() { ++consumed_; }
 
-Status TcpConnection::fail(const char* what, int err) {
+std::string TcpConnection::closedText() const {
   std::string msg = "rank " + std::to_string(peer_) + " closed its TCP connection";
+  if (lost_ >= 0 && lost_ != peer_) msg += " because rank " + std::to_string(lost_) + " failed";
+  return msg;
+}
+
+int TcpConnection::lostRank() const {
+  if (lost_ >= 0) return lost_;
+  return error_.isOk() && !eof_ ? -1 : peer_;
+}
+
+void TcpConnection::markBrokenBecause(int lostRank) {
+  if (fd_ >= 0 && lostRank >= 0 && lostRank != peer_ && sentBytes_ == 0) {
+    FrameHeader h{0, kGoodbye | static_cast<uint32_t>(lostRank), Stamp{}};
+    (void)!send(fd_, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  markBroken();
+}
+
+Status TcpConnection::fail(const char* what, int err) {
+  std::string msg = closedText();
   if (err != 0) msg += std::string(" (") + what + ": " + std::strerror(err) + ")";
   error_ = LOOM_ERROR(loomRemoteError, msg);
   return error_;
@@ -146,6 +167,11 @@ Status TcpConnection::progress() {
     }
     recvBytes_ += static_cast<size_t>(r);
     const FrameHeader* h = reinterpret_cast<const FrameHeader*>(recvHeader_);
+    if (recvBytes_ == kHeader && h->size == 0 && (h->flags & kGoodbye) != 0) {
+      lost_ = static_cast<int>(h->flags & ~kGoodbye);
+      eof_ = true;  // the peer failed; it sends nothing more
+      break;
+    }
     if (recvBytes_ >= kHeader && recvBytes_ == kHeader + h->size) {
       recvSizes_[filled_ % depth_] = h->size;
       recvStamps_[filled_ % depth_] = h->stamp;
@@ -165,9 +191,7 @@ void TcpConnection::wait(bool forSend, int64_t timeoutUs) {
 
 Status TcpConnection::checkRecv() const {
   if (!error_.isOk()) return error_;
-  if (eof_ && filled_ == consumed_)
-    return LOOM_ERROR(loomRemoteError,
-                      "rank " + std::to_string(peer_) + " closed its TCP connection");
+  if (eof_ && filled_ == consumed_) return LOOM_ERROR(loomRemoteError, closedText());
   return Status::ok();
 }
 

@@ -41,17 +41,23 @@ class TcpConnection final : public Connection {
   void wait(bool forSend, int64_t timeoutUs) override;
   int fd() const override { return fd_; }
   void markBroken() override;
+  // Between frames, sends a last, empty frame whose header carries the lost rank before the
+  // shutdown (in the middle of a frame the peer sees a cut frame instead).
+  void markBrokenBecause(int lostRank) override;
+  int lostRank() const override;
   // True when progress() has bytes it could not write yet.
   bool wantsWrite() const { return sent_ != posted_; }
   short pollEvents() const override;
 
  private:
   Status fail(const char* what, int err);
+  std::string closedText() const;
   char* sendSlotPtr(uint64_t i) { return sendBuf_.data() + (i % depth_) * slotBytes_; }
   char* recvSlotPtr(uint64_t i) { return recvBuf_.data() + (i % depth_) * slotBytes_; }
 
   int peer_;
   int fd_;
+  int lost_ = -1;  // the rank a goodbye frame named
   size_t slotBytes_;
   size_t depth_;
   std::vector<char> sendBuf_, recvBuf_;

@@ -88,6 +88,10 @@ Result<std::unique_ptr<TcpListener>> TcpListener::open(const std::string& ip) {
     close(fd);
     return LOOM_ERROR(loomInvalidArgument, "not an IPv4 address: " + ip);
   }
+  // Reusable, so that loomCommShrink's root can listen on this port once this listener is
+  // closed, even while connections it accepted are still open (src/api/shrink.cc).
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, SOMAXCONN) != 0) {
     Status s = sysError("bind/listen on " + ip);
     close(fd);
