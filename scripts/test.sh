@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Quick start 2: install, build, and run the whole test suite, then a short fuzzing run of every
-# wire parser (LOOM_FUZZ_SECONDS per target, default 20; 0 skips it).
-# LOOM_SANITIZE=1 runs the suite on an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# wire parser (LOOM_FUZZ_SECONDS per target, default 20; 0 skips it), then the unit and
+# multi-process suites on an AddressSanitizer + UndefinedBehaviorSanitizer build
+# (scripts/sanitize.sh; LOOM_SANITIZE_CHECK=0 skips it, =thread runs ThreadSanitizer's set too).
+# LOOM_SANITIZE=1 runs the whole suite on an AddressSanitizer + UndefinedBehaviorSanitizer build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -17,3 +19,9 @@ fuzz_s=${LOOM_FUZZ_SECONDS:-20}
 if [ "$fuzz_s" != 0 ]; then
   LOOM_FUZZ_JOBS=${LOOM_FUZZ_JOBS:-2} ./scripts/fuzz.sh "$fuzz_s"
 fi
+case "${LOOM_SANITIZE_CHECK:-1}" in
+  0) ;;
+  thread) LOOM_SANITIZE_JOBS=${LOOM_SANITIZE_JOBS:-2} ./scripts/sanitize.sh address,undefined
+          LOOM_SANITIZE_JOBS=${LOOM_SANITIZE_JOBS:-2} ./scripts/sanitize.sh thread ;;
+  *) LOOM_SANITIZE_JOBS=${LOOM_SANITIZE_JOBS:-2} ./scripts/sanitize.sh address,undefined ;;
+esac

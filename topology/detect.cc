@@ -212,7 +212,23 @@ std::vector<NetProbe> probeSysfsNets(const std::string& sysRoot) {
   return out;
 }
 
+// hwloc loads its plugins (PCI, XML) with each topology and unloads them with the last one.
+// One topology kept for the process's life keeps them loaded: no reload per communicator, and a
+// leak checker can still name what the PCI plugin's libpciaccess keeps allocated
+// (tests/sanitizer/lsan.supp). It is never destroyed (reachable from here, so not a leak).
+static hwloc_topology_t volatile gKeptTopology = nullptr;  // volatile: the store must stay
+
+static void keepHwlocPluginsLoaded() {
+  static const bool once = [] {
+    hwloc_topology_t t = nullptr;
+    if (hwloc_topology_init(&t) == 0) gKeptTopology = t;
+    return true;
+  }();
+  (void)once;
+}
+
 Result<XmlNode> detectHostTree(const DetectOptions& options) {
+  keepHwlocPluginsLoaded();
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0)
     return LOOM_ERROR(loomSystemError, "hwloc_topology_init failed");

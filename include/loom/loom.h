@@ -103,7 +103,7 @@ typedef struct {
   size_t size;          ///< sizeof(loomConfig_t), set by the initializer
   unsigned int magic;   ///< LOOM_CONFIG_MAGIC
   unsigned int version; ///< LOOM_VERSION_CODE
-  int blocking;         ///< 1 (default): calls return when done; 0: may return loomInProgress
+  int blocking;         ///< 1 (default): calls return when done; 0: non-blocking (below)
   const char* commName; ///< a name shown in logs and error messages
   int timeoutMs;        ///< every wait fails with loomTimeout after this long (LOOM_TIMEOUT_MS)
 } loomConfig_t;
@@ -135,6 +135,13 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
 
 /// As loomCommInitRank, with options.
+/// Non-blocking (config->blocking = 0): returns loomInProgress at once with *comm set; the
+/// initialisation and then every collective, send/receive and group end on comm run in the
+/// background in call order (those calls check their arguments, queue the work and return
+/// loomInProgress). Poll loomCommGetAsyncError: loomInProgress until everything queued is done,
+/// then loomSuccess (host buffers are complete) or the first error. Other calls on comm before
+/// the initialisation completed return loomInvalidUsage. loomCommAbort ends the
+/// initialisation or the running call and drops the queue; loomCommDestroy lets it finish.
 /// @param config options, or NULL for the defaults.
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config);
@@ -200,7 +207,10 @@ loomResult_t loomCommDestroy(loomComm_t comm);
 /// Peers waiting on this rank see loomRemoteError.
 loomResult_t loomCommAbort(loomComm_t comm);
 
-/// @param asyncError receives the communicator's stored error (loomSuccess if none).
+/// May be called from any thread, also while loomCommAbort runs on another one (then, once the
+/// abort has freed comm, it returns loomInvalidArgument).
+/// @param asyncError receives the communicator's stored error (loomSuccess if none), or
+///        loomInProgress while a non-blocking communicator has work queued or running.
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 
 /// @param count receives the number of ranks.
