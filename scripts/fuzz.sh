@@ -17,7 +17,7 @@ for tool in clang clang++; do
   command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (run scripts/setup.sh)" >&2; exit 2; }
 done
 
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF \
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_CUDA=OFF \
   -DLOOM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target loom_fuzz -j "$jobs" >"$build/fuzz-build.log" 2>&1 || {
   tail -40 "$build/fuzz-build.log" >&2
