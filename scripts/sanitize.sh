@@ -22,7 +22,9 @@ esac
 jobs="${LOOM_SANITIZE_JOBS:-$(nproc)}"
 start=$(date +%s)
 mkdir -p "$dir"
+# -O1 -g1: sanitizer builds are about finding faults, and this keeps CI's build short.
 cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE="$kind" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DLOOM_BUILD_BENCH=OFF -DLOOM_CUDA=OFF >"$dir/sanitize-configure.log" 2>&1 || { tail -20 "$dir/sanitize-configure.log" >&2; exit 2; }
 targets=(loom_mp_tests)
 [ "$kind" != thread ] && targets+=(loom_unit_tests loom_topology_tests)
@@ -42,7 +44,9 @@ if [ $# -eq 0 ]; then
     set -- -R 'InitAll|AbortFromAnotherThread|NonBlocking|Shrink'
   else
     # (ctest's regular expressions have no {n}: rank counts from 30 are spelt out)
-    set -- -L 'unit|mp' -E 'loom_topo_|nccl_shim|_perf|perf_|readme_env|soak|Forced/CollectivesTest|EveryCase/(1ranks|2ranks|4ranks|8ranks_tcp|8ranks_shm_ring|3ranks_shm_ring)|Sweep.Verifies/.*_n([3-9][0-9]|[0-9][0-9][0-9])'
+    # BindAddress forks ranks from a process whose rendezvous thread runs, which the
+    # sanitizers' runtimes do not support (a forked rank can hang in the allocator).
+    set -- -L 'unit|mp' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|readme_env|soak|Forced/CollectivesTest|EveryCase/(1ranks|2ranks|4ranks|8ranks_tcp|8ranks_shm_ring|3ranks_shm_ring)|Sweep.Verifies/.*_n([3-9][0-9]|[0-9][0-9][0-9])'
   fi
 fi
 status=0
