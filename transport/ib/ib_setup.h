@@ -94,10 +94,6 @@ int pickGid(int wanted, const std::vector<std::string>& types, const std::vector
 // Link rate in Gb/s from ibv_port_attr's active_width and active_speed codes (0 unknown).
 double portGbps(uint8_t activeWidth, uint16_t activeSpeed);
 
-struct IbPeer {
-  int rank;
-};
-
 using AllGather = std::function<Status(const void* mine, void* all, size_t bytes)>;
 
 // Connects this rank with every rank in `peers` over `device`. Every rank of

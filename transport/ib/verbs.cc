@@ -54,7 +54,6 @@ const Verbs* loadVerbsFrom(const std::string& path, std::string* why) {
   bind(v->modifyQp, "ibv_modify_qp");
   bind(v->destroyQp, "ibv_destroy_qp");
   bind(v->wcStatusStr, "ibv_wc_status_str");
-  bind(v->forkInit, "ibv_fork_init");
   if (!ok) {
     delete v;
     dlclose(lib);

@@ -37,7 +37,6 @@ struct Verbs {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int);
   int (*destroyQp)(ibv_qp*);
   const char* (*wcStatusStr)(ibv_wc_status);
-  int (*forkInit)();
 
   // Port attributes through the context's table where the provider has one
   // (as verbs.h's inline query does), else the exported compatibility call.
