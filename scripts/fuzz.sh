@@ -6,6 +6,7 @@
 # non-zero if any target crashed, leaked, hung or hit a limit. Crashing inputs are kept in
 # build-fuzz/artifacts/. Needs clang and libclang-rt-14-dev (scripts/setup.sh installs them).
 #   scripts/fuzz.sh [seconds-per-target]      LOOM_FUZZ_JOBS: build parallelism (default nproc)
+#   LOOM_FUZZ_PARALLEL: targets run at once (default nproc)
 #   LOOM_FUZZ_TARGETS="tcp_frame unique_id": run only these
 set -euo pipefail
 secs="${1:-60}"
@@ -30,34 +31,44 @@ targets=(${LOOM_FUZZ_TARGETS:-${all[@]}})
 mkdir -p "$build/artifacts" "$build/logs"
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-failed=0
-printf '%-16s %12s %10s %8s  %s\n' target executions exec/s corpus result
-for t in "${targets[@]}"; do
-  bin="$build/tests/fuzz/${t}_fuzz"
-  seeds="$root/tests/fuzz/corpus/$t"
-  work="$build/corpus/$t"  # new inputs go here, never into the source tree
-  log="$build/logs/$t.log"
+# Targets run side by side, LOOM_FUZZ_PARALLEL at a time (default nproc); each writes its row to
+# a file, printed in order once all are done.
+par="${LOOM_FUZZ_PARALLEL:-$(nproc)}"
+run_one() {
+  local t=$1 bin="$build/tests/fuzz/${1}_fuzz" seeds="$root/tests/fuzz/corpus/$1"
+  local work="$build/corpus/$1" log="$build/logs/$1.log" row="$build/logs/$1.row"
   if [ ! -x "$bin" ]; then
-    printf '%-16s %12s %10s %8s  %s\n' "$t" - - - "not built"
-    failed=1
-    continue
+    printf '%-16s %12s %10s %8s  %s\n' "$t" - - - "not built" >"$row"
+    return 1
   fi
-  mkdir -p "$work"
-  rc=0
+  mkdir -p "$work"  # new inputs go here, never into the source tree
+  local rc=0
   "$bin" -max_total_time="$secs" -rss_limit_mb=512 -malloc_limit_mb=256 -timeout=25 \
     -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$work" "$seeds" >"$log" 2>&1 || rc=$?
+  local execs rate units result=ok
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   units=$(find "$work" -type f | wc -l)
-  if [ "$rc" -eq 0 ]; then
-    result=ok
-  else
-    result="FAILED (exit $rc; log $log)"
-    failed=1
-  fi
-  printf '%-16s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$units" "$result"
-  if [ "$rc" -ne 0 ]; then
-    grep -E "ERROR|SUMMARY|runtime error|Test unit written|==[0-9]+==" "$log" | head -20 >&2 || true
-  fi
+  [ "$rc" -eq 0 ] || result="FAILED (exit $rc; log $log)"
+  printf '%-16s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$units" "$result" >"$row"
+  return "$rc"
+}
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$par" ]; do wait -n || true; done
+  rm -f "$build/logs/$t.row"
+  run_one "$t" &
+done
+wait || true
+failed=0
+printf '%-16s %12s %10s %8s  %s\n' target executions exec/s corpus result
+for t in "${targets[@]}"; do
+  row=$(cat "$build/logs/$t.row" 2>/dev/null || printf '%-16s  no result' "$t")
+  echo "$row"
+  case "$row" in
+    *" ok") ;;
+    *) failed=1
+       grep -E "ERROR|SUMMARY|runtime error|Test unit written|==[0-9]+==" \
+                "$build/logs/$t.log" 2>/dev/null | head -20 >&2 || true ;;
+  esac
 done
 exit "$failed"

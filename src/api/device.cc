@@ -110,7 +110,11 @@ std::unordered_map<const Comm*, std::unique_ptr<DeviceState>>& states() {
   return s;
 }
 
+// How many states exist: host-only calls (none staged on any communicator) skip the lock.
+std::atomic<size_t> gStateCount{0};
+
 DeviceState* findState(const Comm& comm) {
+  if (gStateCount.load(std::memory_order_acquire) == 0) return nullptr;
   std::lock_guard<std::mutex> lock(gStatesMutex);
   auto it = states().find(&comm);
   return it == states().end() ? nullptr : it->second.get();
@@ -121,6 +125,7 @@ DeviceState& stateOf(const Comm& comm) {
   auto& slot = states()[&comm];
   if (!slot) {
     slot = std::make_unique<DeviceState>();
+    gStateCount.fetch_add(1, std::memory_order_release);
     slot->device = comm.options().cudaDev >= 0 ? comm.options().cudaDev : currentDevice();
   }
   return *slot;
@@ -358,6 +363,7 @@ void release(Comm& comm, bool abort) {
     if (it == states().end()) return;
     st = std::move(it->second);
     states().erase(it);
+    gStateCount.fetch_sub(1, std::memory_order_release);
   }
   if (abort && st->ipc) st->ipc->abort();
   if (!drainState(comm, st.get()).isOk()) {

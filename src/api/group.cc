@@ -79,24 +79,14 @@ const algo::Selection& selectionFrom(const std::string& text, const char* variab
   return parsed.emplace(variable, r.take()).first->second;
 }
 
+// Parsed once per process (the variables are read once); no lock after the first call.
 const algo::Selection& algoSelection() {
-  return selectionFrom(env::algo(), "LOOM_ALGO", algo::algoNames());
+  static const algo::Selection& s = selectionFrom(env::algo(), "LOOM_ALGO", algo::algoNames());
+  return s;
 }
 const algo::Selection& protoSelection() {
-  return selectionFrom(env::proto(), "LOOM_PROTO", algo::protoNames());
-}
-
-// hostOf[r]: an index per distinct host identity, in order of first appearance.
-std::vector<int> hostLayout(const Comm& comm) {
-  std::vector<std::string> seen;
-  std::vector<int> hostOf;
-  for (int r = 0; r < comm.nranks(); ++r) {
-    const std::string& h = comm.peer(r).host;
-    auto it = std::find(seen.begin(), seen.end(), h);
-    if (it == seen.end()) it = seen.insert(seen.end(), h);
-    hostOf.push_back(static_cast<int>(it - seen.begin()));
-  }
-  return hostOf;
+  static const algo::Selection& s = selectionFrom(env::proto(), "LOOM_PROTO", algo::protoNames());
+  return s;
 }
 
 algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t elemSize,
@@ -163,6 +153,13 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   return best;
 }
 
+// An operation's deadline, from its recorded entry time when there is one (a clock read costs
+// a few hundred nanoseconds on some virtual machines: small operations read it as few times as
+// they can).
+int64_t deadlineFrom(const Comm& comm, const trace::OpRecord* record) {
+  return (record != nullptr ? record->enterNs : nowNs()) + comm.options().timeoutMs * 1000000;
+}
+
 Status runCollective(Comm& comm, const Call& c) {
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
@@ -171,13 +168,17 @@ Status runCollective(Comm& comm, const Call& c) {
   op.recvbuff = c.recvbuff;
   op.elemSize = kernels::typeSize(c.dtype);
   LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
-  op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
   trace::FlightRecorder& rec = comm.recorder();
   op.record = rec.begin(op.seq, op.name, c.count, c.dtype, c.op, c.root);
+  op.deadlineNs = deadlineFrom(comm, op.record);
   Status s;
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text
-  const std::vector<int> hostOf = hostLayout(comm);
-  const algo::Algo chosen = chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
+  const std::vector<int>& hostOf = comm.hostLayout();
+  // Direct all-reduce is the fastest on one host: taken without pricing when allowed.
+  const bool direct = c.coll == algo::Coll::AllReduce && comm.hasDirect() &&
+                      algoSelection().allows(c.coll, static_cast<int>(algo::Algo::Direct));
+  const algo::Algo chosen =
+      direct ? algo::Algo::Direct : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
   if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
     const size_t bytes = c.count * op.elemSize;
     const bool symmetric = bytes <= static_cast<size_t>(env::directSymMax());
@@ -222,8 +223,8 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     exec::OpArgs op;
     op.name = "sendrecv";
     op.seq = comm.nextSeq();
-    op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
     op.record = comm.recorder().begin(op.seq, op.name, p2p.size(), loomUint8, 0, -1);
+    op.deadlineNs = deadlineFrom(comm, op.record);
     if (op.record != nullptr) op.record->algorithm = "p2p";
     s = exec::runP2P(comm, p2p, op);
     comm.recorder().end(op.record, s);
@@ -292,7 +293,10 @@ Status submit(const Call& call) {
   }
   LOOM_ASSIGN(Comm * comm, lookup(call.comm));
   if (call.comm->worker) return post(call.comm, comm, {call});
-  return runCalls(*comm, {call});
+  // A one-call list kept per thread: a call outside a group allocates nothing.
+  thread_local std::vector<Call> one(1);
+  one[0] = call;
+  return runCalls(*comm, one);
 }
 
 namespace {

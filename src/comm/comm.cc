@@ -201,6 +201,13 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     LOOM_ASSIGN(PeerInfo p, PeerInfo::decode(blob));
     c->peers_.push_back(std::move(p));
   }
+  std::vector<const std::string*> hosts;
+  for (const PeerInfo& p : c->peers_) {
+    auto same = [&p](const std::string* h) { return *h == p.host; };
+    auto it = std::find_if(hosts.begin(), hosts.end(), same);
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), &p.host);
+    c->hostOf_.push_back(static_cast<int>(it - hosts.begin()));
+  }
 
   // Ranks of this host talk over shared memory (unless disabled); others over ib where both
   // ends have a port, else TCP.
@@ -371,6 +378,7 @@ void Comm::abort() {
 }
 
 Status Comm::asyncError() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(errorMutex_);
   return asyncError_;
 }
@@ -380,6 +388,7 @@ void Comm::fail(const Status& s) {
     std::lock_guard<std::mutex> lock(errorMutex_);
     if (!asyncError_.isOk()) return;
     asyncError_ = s;
+    failed_.store(true, std::memory_order_release);
   }
   dumpTraceIfConfigured(s.code() == loomTimeout ? "timeout" : "error");
   // The rank lost first: as noted by the wait that failed, else the first broken link's.

@@ -68,6 +68,8 @@ class Comm {
   int nranks() const { return nranks_; }
   const CommOptions& options() const { return options_; }
   const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
+  // hostOf[r]: an index per distinct host identity, in order of first appearance.
+  const std::vector<int>& hostLayout() const { return hostOf_; }
   bootstrap::Bootstrap& bootstrap() { return *bootstrap_; }
   // Every rank's host merged into one graph (src/comm/topo_setup.h); nullptr when
   // LOOM_TOPO_DISABLE=1 or a host could not be described.
@@ -151,6 +153,7 @@ class Comm {
   int nranks_ = 1;
   CommOptions options_;
   std::vector<PeerInfo> peers_;
+  std::vector<int> hostOf_;
   algo::Link netLink_ = algo::Link::Tcp;
   std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist
   struct Registration {
@@ -174,6 +177,7 @@ class Comm {
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;
   Status asyncError_;
+  std::atomic<bool> failed_{false};  // asyncError_ is set: the fast test on every call
   std::atomic<int> lostRank_{-1};
   std::vector<std::unique_ptr<kernels::Reducer>> userOps_;
   std::unique_ptr<trace::FlightRecorder> recorder_;

@@ -119,11 +119,20 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     // rank has read all inputs before any publishes `reduced`, so none returns while a peer
     // still reads its buffer; the symmetric form has no such point).
     const mem::Ref in = symmetric || scale ? mem::Ref{} : mem::lookup(send + off * es, len * es);
+    // This rank's slice (slices form, no scale): reduced straight from the send buffer, so
+    // only the peers' slices are copied in.
+    size_t so = 0, sl = 0;
+    if (!symmetric) algo::chunkRange(len, n, me, &so, &sl);
+    const bool ownInPlace = !symmetric && !scale;
     if (in.token == 0) {
-      if (scale)
+      if (scale) {
         kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
-      else
+      } else if (ownInPlace) {
+        std::memcpy(myBuf, send + off * es, so * es);
+        std::memcpy(myBuf + (so + sl) * es, send + (off + so + sl) * es, (len - so - sl) * es);
+      } else {
         std::memcpy(myBuf, send + off * es, len * es);
+      }
     }
     mine->inputToken[g & 1] = in.token;
     mine->inputOffset[g & 1] = in.offset;
@@ -139,7 +148,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       const uint64_t offset = q == me ? in.offset : h->inputOffset[g & 1];
       const char*& src = inputs[static_cast<size_t>(q)];
       src = bufs[static_cast<size_t>(q)];
-      if (token == 0) continue;
+      if (token == 0 && !(q == me && ownInPlace)) continue;
       if (q == me) {
         src = send + off * es;
         continue;
@@ -158,8 +167,6 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       reduceAll(red, recv + off * es, bufs, 0, len);
     } else {
       // Reduce my slice into my own buffer, then gather every slice.
-      size_t so, sl;
-      algo::chunkRange(len, n, me, &so, &sl);
       for (size_t q = 0; q < slice.size(); ++q) slice[q] = inputs[q] + so * es;
       reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
       publish(mine->reduced, mine, g);
