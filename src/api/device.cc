@@ -234,6 +234,14 @@ Status enqueueStaged(Comm& comm, DeviceState& st, const std::vector<Call>& calls
       if (e.recvOut) out.push_back({r, e.recv, off + static_cast<size_t>(r - lo)});
       continue;
     }
+    // A send over ib from device memory registered for GPUDirect RDMA leaves from where it
+    // is (runP2P posts it with postSendFrom); the host function runs in stream order, after
+    // the kernels that wrote it, and returns once the NIC has read it.
+    if (sd && c.kind == Call::Send && c.root != comm.rank()) {
+      transport::Connection* link = comm.conn(c.root);
+      if (link != nullptr && link->kind() == transport::Kind::Ib && link->sendsFromUser(s, e.send))
+        continue;
+    }
     if (sd) {
       const size_t off = alloc(e.send);
       sendFix.emplace_back(&c.sendbuff, off);

@@ -20,6 +20,10 @@
 #include "transport/ib/ib_connection.h"
 #include "transport/ib/ib_setup.h"
 #endif
+#ifdef LOOM_HAVE_TOPOLOGY
+#include "topology/nic_rank.h"
+#include "topology/topology.h"
+#endif
 #include "util/env.h"
 #include "util/log.h"
 #include "util/net.h"
@@ -213,15 +217,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   // ends have a port, else TCP.
   std::vector<int> local, ibPeers;
   std::vector<transport::TcpPeer> remote;
-  bool anyIbPair = false;
   auto viaNet = [&](int a, int b) {
     return a != b && (env::shmDisable() || c->peers_[static_cast<size_t>(a)].host !=
                                                c->peers_[static_cast<size_t>(b)].host);
   };
-  for (int a = 0; a < nranks && !anyIbPair; ++a)
-    for (int b = a + 1; b < nranks && !anyIbPair; ++b)
-      anyIbPair = viaNet(a, b) && c->peers_[static_cast<size_t>(a)].ib &&
-                  c->peers_[static_cast<size_t>(b)].ib;
   for (int r = 0; r < nranks; ++r) {
     if (!viaNet(rank, r))
       local.push_back(r);
@@ -266,7 +265,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     c->netConns_.push_back(conn.get());
     c->conns_[static_cast<size_t>(r)] = std::move(conn);
   }
-  if (anyIbPair) LOOM_CHECK(c->connectIb(ibPeers, slotBytes, depth, &watches));
+  LOOM_CHECK(c->connectIb(ibPeers, slotBytes, depth, &watches, deadline, abortFlag));
   // Every TCP peer has connected: stop listening, so a stranger's connection queued there is
   // reset rather than left open, and no port stays open for the communicator's lifetime.
   c->listener_.reset();
@@ -325,40 +324,88 @@ Status Comm::deregisterBuffer(void* handle) {
                     "handle: not a registration of this communicator (or already deregistered)");
 }
 
+#ifdef LOOM_HAVE_IB
+namespace {
+
+// The port of `ports` (listPorts order) this rank takes. With a GPU and the host's topology:
+// one of the ports nearest that GPU (topology/nic_rank.h), spread by localIndex over equally
+// near ones; otherwise ports[localIndex % size], as listPorts put this NUMA node's first.
+size_t pickIbPort(const std::vector<transport::ib::PortChoice>& ports, int cudaDev,
+                  int localIndex) {
+  const size_t fallback = static_cast<size_t>(localIndex) % ports.size();
+#ifdef LOOM_HAVE_TOPOLOGY
+  if (cudaDev < 0) return fallback;
+  std::string why;
+  const transport::ib::CudaDriver* cuda = transport::ib::CudaDriver::get(&why);
+  const std::string gpu = cuda != nullptr ? cuda->busId(cudaDev) : "";
+  Result<std::string> blob = gpu.empty() ? Result<std::string>(LOOM_ERROR(
+                                               loomInternalError, "no PCI bus id: " + why))
+                                         : localHostBlob();
+  Result<topo::System> sys = blob.isOk() ? topo::loadTopologyString(blob.value(), "this host")
+                                         : Result<topo::System>(blob.status());
+  if (!sys.isOk()) {
+    LOOM_INFO(kTransport, "ib: GPU %d: no topology to find its nearest NIC (%s); by NUMA node",
+              cudaDev, sys.status().message().c_str());
+    return fallback;
+  }
+  std::vector<topo::NicPort> named;
+  for (const auto& p : ports) named.push_back({p.device, p.busId});
+  const int source = topo::nicRankSource(sys.value(), 0, gpu, -1);
+  const auto ranked = topo::rankNics(sys.value(), source, named);
+  const size_t tier = topo::nearestTier(ranked);
+  if (source < 0 || tier == 0) {
+    LOOM_INFO(kTransport, "ib: GPU %d (%s) or its NICs are not in the topology; by NUMA node",
+              cudaDev, gpu.c_str());
+    return fallback;
+  }
+  const auto& best = ranked[static_cast<size_t>(localIndex) % tier];
+  LOOM_INFO(kTransport, "ib: GPU %d (%s) takes %s:%d, path %s, %.1f GB/s (%zu as near)", cudaDev,
+            gpu.c_str(), ports[best.port].device.c_str(), ports[best.port].port,
+            topo::pathTypeName(best.type), best.bw, tier);
+  return best.port;
+#else
+  (void)cudaDev;
+  return fallback;
+#endif
+}
+
+}  // namespace
+#endif
+
 Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
-                       std::vector<std::unique_ptr<transport::Connection>>* watches) {
+                       std::vector<std::unique_ptr<transport::Connection>>* watches,
+                       int64_t deadline, const std::atomic<bool>* abortFlag) {
 #ifdef LOOM_HAVE_IB
   namespace ib = transport::ib;
-  std::shared_ptr<ib::Device> device;
-  if (!peers.empty()) {
-    std::string why;
-    const ib::Verbs* verbs = ib::loadVerbs(&why);
-    // Ranks of one host spread over its ports, nearest first.
-    int localIndex = 0;
-    for (int r = 0; r < rank_; ++r)
-      localIndex += peers_[static_cast<size_t>(r)].host == peers_[static_cast<size_t>(rank_)].host;
-    const auto ports = ib::listPorts(*verbs, net::NameFilter::parse(env::ibHca(), true),
-                                     !env::ibHca().empty(), net::currentNumaNode());
-    if (ports.empty()) return LOOM_ERROR(loomSystemError, "ib: the active ports have gone");
-    const ib::PortChoice& choice = ports[static_cast<size_t>(localIndex) % ports.size()];
-    LOOM_ASSIGN(device, ib::Device::open(*verbs, choice, static_cast<int>(env::ibGidIndex())));
-    netGbps_ = choice.gbps;
-  }
-  auto gather = [this](const void* mine, void* all, size_t bytes) {
-    return bootstrap_->allGather(mine, all, bytes);
-  };
-  LOOM_ASSIGN(auto conns, ib::connectIb(rank_, nranks_, peers, device, gather, slotBytes, depth));
+  if (peers.empty()) return Status::ok();
+  std::string why;
+  const ib::Verbs* verbs = ib::loadVerbs(&why);
+  // Ranks of one host spread over its ports, nearest first.
+  int localIndex = 0;
+  for (int r = 0; r < rank_; ++r)
+    localIndex += peers_[static_cast<size_t>(r)].host == peers_[static_cast<size_t>(rank_)].host;
+  const auto ports = ib::listPorts(*verbs, net::NameFilter::parse(env::ibHca(), true),
+                                   !env::ibHca().empty(), net::currentNumaNode());
+  if (ports.empty()) return LOOM_ERROR(loomSystemError, "ib: the active ports have gone");
+  const ib::PortChoice& choice = ports[pickIbPort(ports, options_.cudaDev, localIndex)];
+  LOOM_ASSIGN(auto device, ib::Device::open(*verbs, choice, static_cast<int>(env::ibGidIndex())));
+  netGbps_ = choice.gbps;
+  // Queue pair data goes over each peer's watch link: O(peers) per rank.
+  std::vector<transport::Connection*> links(watches->size());
+  for (size_t r = 0; r < watches->size(); ++r) links[r] = (*watches)[r].get();
+  LOOM_ASSIGN(auto conns,
+              ib::connectIb(peers, device, links, slotBytes, depth, deadline, abortFlag));
   for (auto& conn : conns) {
     const size_t r = static_cast<size_t>(conn->peer());
     static_cast<ib::IbConnection*>(conn.get())->watch(std::move((*watches)[r]));
     netConns_.push_back(conn.get());
     conns_[r] = std::move(conn);
   }
-  if (!peers.empty()) netLink_ = algo::Link::Net;
+  netLink_ = algo::Link::Net;
   ibDevice_ = device;
   return Status::ok();
 #else
-  (void)peers, (void)slotBytes, (void)depth, (void)watches;
+  (void)peers, (void)slotBytes, (void)depth, (void)watches, (void)deadline, (void)abortFlag;
   return LOOM_ERROR(loomInternalError, "a peer offered ib, which this build lacks");
 #endif
 }

@@ -146,8 +146,10 @@ class Comm {
  private:
   Comm() = default;
   static Result<bool> wantIb();
+  // ib links to `peers` (none: nothing to do), their data exchanged over `watches`.
   Status connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
-                   std::vector<std::unique_ptr<transport::Connection>>* watches);
+                   std::vector<std::unique_ptr<transport::Connection>>* watches,
+                   int64_t deadline, const std::atomic<bool>* abortFlag);
 
   int rank_ = 0;
   int nranks_ = 1;

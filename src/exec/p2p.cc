@@ -45,6 +45,11 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op) {
     std::memmove(selfRecvs[i]->buf, selfSends[i]->buf, selfSends[i]->bytes);
   }
 
+  auto recvOverlaps = [&ops](const char* p, size_t n) {
+    for (const P2POp& o : ops)
+      if (!o.isSend && o.buf < p + n && p < o.buf + o.bytes) return true;
+    return false;
+  };
   for (;;) {
     bool moved = false, pending = false;
     transport::Connection* waitConn = nullptr;
@@ -57,8 +62,15 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op) {
         void* slot = c->trySendSlot();
         if (slot == nullptr) break;
         size_t n = std::min(c->slotBytes(), cur.op->bytes - cur.done);
-        std::memcpy(slot, cur.op->buf + cur.done, n);
-        c->postSend(n);
+        const char* from = cur.op->buf + cur.done;
+        // Memory registered with an ib link's device goes from where it is (device memory
+        // registered for GPUDirect RDMA must: the CPU cannot read it), unless this group
+        // also receives into it.
+        if (!(c->kind() == transport::Kind::Ib && !recvOverlaps(from, n) &&
+              c->postSendFrom(from, n))) {
+          std::memcpy(slot, from, n);
+          c->postSend(n);
+        }
         cur.done += n;
         moved = true;
         if (cur.done == cur.op->bytes) q.pop_front();

@@ -47,6 +47,10 @@ constexpr Var kVars[] = {
      "ib retransmission timeout exponent: 4.096 us x 2^N per try", "NCCL_IB_TIMEOUT"},
     {"LOOM_IB_RETRY_CNT", "7", "ib retransmissions before a link is declared lost",
      "NCCL_IB_RETRY_CNT"},
+    {"LOOM_GDR_DISABLE", "0",
+     "1: never register device buffers for GPUDirect RDMA (dma-buf or peer memory); "
+     "they stage through host memory",
+     "NCCL_NET_GDR_LEVEL"},
     {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)", "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
@@ -159,6 +163,10 @@ LOOM_ENV_INT(ibTimeout, "LOOM_IB_TIMEOUT")
 LOOM_ENV_INT(ibRetryCnt, "LOOM_IB_RETRY_CNT")
 bool ibDisable() {
   static const bool value = toInt("LOOM_IB_DISABLE") != 0;
+  return value;
+}
+bool gdrDisable() {
+  static const bool value = toInt("LOOM_GDR_DISABLE") != 0;
   return value;
 }
 bool shmDisable() {

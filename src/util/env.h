@@ -29,6 +29,7 @@ const std::string& ibHca();          // LOOM_IB_HCA
 int64_t ibGidIndex();                // LOOM_IB_GID_INDEX
 int64_t ibTimeout();                 // LOOM_IB_TIMEOUT
 int64_t ibRetryCnt();                // LOOM_IB_RETRY_CNT
+bool gdrDisable();                   // LOOM_GDR_DISABLE
 const std::string& scheduleDump();   // LOOM_SCHEDULE_DUMP
 const std::string& algo();           // LOOM_ALGO
 const std::string& proto();          // LOOM_PROTO

@@ -4,13 +4,21 @@
 #include <gtest/gtest.h>
 
 #ifdef LOOM_HAVE_IB
+#include <fcntl.h>
+#include <sys/socket.h>
+
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "transport/ib/credits.h"
+#include "transport/ib/gdr.h"
+#include "transport/ib/ib_connection.h"
 #include "transport/ib/ib_setup.h"
 #include "transport/ib/verbs.h"
+#include "transport/tcp/tcp_connection.h"
 #include "util/net.h"
+#include "util/wait.h"
 
 namespace loom::transport::ib {
 namespace {
@@ -219,6 +227,163 @@ TEST(IbLoader, AvailabilityMatchesThePortsFound) {
   if (!any) {
     EXPECT_EQ(reason, "no active RDMA port");
   }
+}
+
+// The registration a buffer gets, for every combination of the seven conditions, against
+// the rule as docs/ARCHITECTURE.md states it: host memory is plain; a device buffer takes
+// dma-buf only when GPUDirect is allowed, the driver loads, exports the call, the GPU supports
+// dma-buf and libibverbs has ibv_reg_dmabuf_mr; else peer memory where the module is loaded;
+// else it stays staged.
+TEST(IbGdr, ChoiceFollowsEveryCondition) {
+  for (unsigned bits = 0; bits < 128; ++bits) {
+    GdrCaps c;
+    c.device = bits & 1;
+    c.disabled = bits & 2;
+    c.driver = bits & 4;
+    c.driverDmaBuf = bits & 8;
+    c.gpuDmaBuf = bits & 16;
+    c.verbsDmaBuf = bits & 32;
+    c.peerMem = bits & 64;
+    Registration expected;
+    if (!c.device)
+      expected = Registration::Host;
+    else if (c.disabled || !c.driver)
+      expected = Registration::Staged;
+    else if (c.driverDmaBuf && c.gpuDmaBuf && c.verbsDmaBuf)
+      expected = Registration::DmaBuf;
+    else
+      expected = c.peerMem ? Registration::PeerMem : Registration::Staged;
+    std::string why;
+    EXPECT_EQ(chooseRegistration(c, &why), expected) << "conditions " << bits;
+    // A device buffer not given dma-buf always says why; the others say nothing.
+    EXPECT_EQ(why.empty(), expected == Registration::Host || expected == Registration::DmaBuf)
+        << "conditions " << bits << ": " << why;
+  }
+}
+
+TEST(IbGdr, ReasonsNameTheMissingPiece) {
+  GdrCaps c;
+  c.device = c.driver = c.driverDmaBuf = c.gpuDmaBuf = c.verbsDmaBuf = true;
+  std::string why;
+  c.disabled = true;
+  EXPECT_EQ(chooseRegistration(c, &why), Registration::Staged);
+  EXPECT_EQ(why, "LOOM_GDR_DISABLE=1");
+  c.disabled = false;
+  c.gpuDmaBuf = false;
+  EXPECT_EQ(chooseRegistration(c, &why), Registration::Staged);
+  EXPECT_NE(why.find("does not support dma-buf"), std::string::npos) << why;
+  EXPECT_NE(why.find("nvidia_peermem"), std::string::npos) << why;
+  c.gpuDmaBuf = true;
+  c.verbsDmaBuf = false;
+  c.peerMem = true;
+  EXPECT_EQ(chooseRegistration(c, &why), Registration::PeerMem);
+  EXPECT_NE(why.find("ibv_reg_dmabuf_mr"), std::string::npos) << why;
+}
+
+TEST(IbGdr, FailedRegistrationsFallBackInOrder) {
+  GdrCaps c;
+  c.device = c.driver = true;
+  EXPECT_EQ(fallbackAfter(Registration::DmaBuf, c), Registration::Staged);
+  c.peerMem = true;
+  EXPECT_EQ(fallbackAfter(Registration::DmaBuf, c), Registration::PeerMem);
+  EXPECT_EQ(fallbackAfter(Registration::PeerMem, c), Registration::Staged);
+}
+
+// Here (no GPU driver): the driver table is absent with a reason, device buffers could only
+// stage, and the choice for such a buffer says so.
+TEST(IbGdr, WithoutADriverDeviceBuffersStage) {
+  std::string why;
+  const CudaDriver* cuda = CudaDriver::get(&why);
+  if (cuda != nullptr) GTEST_SKIP() << "a CUDA driver is loaded here; tests/gpu covers it";
+  EXPECT_FALSE(why.empty());
+  EXPECT_EQ(CudaDriver::get(&why), nullptr);  // loaded once, the same answer
+  GdrCaps c;
+  c.device = true;
+  c.peerMem = true;
+  EXPECT_EQ(chooseRegistration(c, &why), Registration::Staged);
+  EXPECT_NE(why.find("CUDA driver"), std::string::npos) << why;
+}
+
+// Links as the watch links are (64-byte slots, depth 2), over socket pairs in one process.
+struct Mesh {
+  // links[a][b]: rank a's end of the link to b.
+  std::vector<std::vector<std::unique_ptr<Connection>>> links;
+  explicit Mesh(int n) : links(static_cast<size_t>(n)) {
+    for (auto& row : links) row.resize(static_cast<size_t>(n));
+    for (int a = 0; a < n; ++a)
+      for (int b = a + 1; b < n; ++b) {
+        int sv[2];
+        EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        for (int fd : sv) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        links[a][b] = std::make_unique<TcpConnection>(b, sv[0], 64, 2);
+        links[b][a] = std::make_unique<TcpConnection>(a, sv[1], 64, 2);
+      }
+  }
+};
+
+// Every rank sends each peer a record naming (sender, receiver) and must get back exactly the
+// peer's record for it, whatever order the ranks run in: all sends go out before any wait.
+TEST(IbExchange, EveryPairSwapsItsRecords) {
+  for (int n : {2, 3, 6}) {
+    Mesh mesh(n);
+    std::vector<Status> results(static_cast<size_t>(n));
+    std::vector<std::vector<QpInfo>> got(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<Connection*> via;
+        std::vector<QpInfo> mine, theirs(static_cast<size_t>(n - 1));
+        for (int p = 0; p < n; ++p)
+          if (p != r) {
+            via.push_back(mesh.links[r][p].get());
+            QpInfo q;
+            q.qpn = static_cast<uint32_t>(1000 * r + p);  // from r, meant for p
+            q.valid = 1;
+            mine.push_back(q);
+          }
+        std::vector<const void*> out;
+        std::vector<void*> in;
+        for (size_t i = 0; i < mine.size(); ++i) out.push_back(&mine[i]), in.push_back(&theirs[i]);
+        results[r] = exchangeOverLinks(via, out, in, sizeof(QpInfo), nowNs() + 60'000'000'000,
+                                       nullptr);
+        got[r] = theirs;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(results[r].isOk()) << results[r].message();
+      size_t i = 0;
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        EXPECT_EQ(got[r][i++].qpn, static_cast<uint32_t>(1000 * p + r)) << n;
+      }
+    }
+  }
+}
+
+TEST(IbExchange, APeerThatLeavesIsNamedAndOneThatIsSilentTimesOut) {
+  Mesh mesh(3);
+  QpInfo mine[2], theirs[2];
+  std::vector<Connection*> via = {mesh.links[0][1].get(), mesh.links[0][2].get()};
+  // Rank 2 is gone: its ends close. Rank 1 is alive but never answers.
+  mesh.links[2][0].reset();
+  Status s = exchangeOverLinks(via, {&mine[0], &mine[1]}, {&theirs[0], &theirs[1]},
+                               sizeof(QpInfo), nowNs() + 60'000'000'000, nullptr);
+  EXPECT_EQ(s.code(), loomRemoteError) << s.message();
+  EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
+
+  Mesh quiet(2);
+  via = {quiet.links[0][1].get()};
+  s = exchangeOverLinks(via, {&mine[0]}, {&theirs[0]}, sizeof(QpInfo), nowNs() + 50'000'000,
+                        nullptr);
+  EXPECT_EQ(s.code(), loomTimeout) << s.message();
+  EXPECT_NE(s.message().find("waiting for rank 1"), std::string::npos) << s.message();
+
+  std::atomic<bool> abort{true};
+  s = exchangeOverLinks(via, {&mine[0]}, {&theirs[0]}, sizeof(QpInfo), nowNs() + 60'000'000'000,
+                        &abort);
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("aborted"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ struct QpInfo {
   uint32_t slotStride = 0;
 };
 
+// It travels in one slot of a TCP watch link (64 bytes, tcp_setup.cc).
+static_assert(sizeof(QpInfo) <= 64, "QpInfo must fit a watch link's slot");
+
 constexpr size_t kSlotHeader = 64;
 
 class IbConnection final : public Connection {

@@ -6,9 +6,14 @@
 #include <fstream>
 #include <mutex>
 
+#include <poll.h>
+#include <unistd.h>
+
+#include "transport/ib/gdr.h"
 #include "transport/ib/ib_connection.h"
 #include "util/env.h"
 #include "util/log.h"
+#include "util/wait.h"
 
 namespace loom::transport::ib {
 namespace {
@@ -18,6 +23,17 @@ std::string readSysfs(const std::string& path) {
   std::string s;
   std::getline(in, s);
   return s;
+}
+
+// The PCI function behind an RDMA device: the name its sysfs device link points at.
+std::string pciBusId(const std::string& device) {
+  char target[512];
+  const std::string link = "/sys/class/infiniband/" + device + "/device";
+  const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return "";
+  target[n] = 0;
+  const char* slash = std::strrchr(target, '/');
+  return slash != nullptr ? slash + 1 : target;
 }
 
 bool zeroGid(const ibv_gid& g) {
@@ -94,6 +110,7 @@ std::vector<PortChoice> listPorts(const Verbs& v, const net::NameFilter& filter,
         c.port = p;
         const std::string numa = readSysfs("/sys/class/infiniband/" + name + "/device/numa_node");
         c.numaNode = numa.empty() ? -1 : std::atoi(numa.c_str());
+        c.busId = pciBusId(name);
         c.gbps = portGbps(pa.active_width, pa.active_speed);
         c.ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
         out.push_back(c);
@@ -177,12 +194,59 @@ Device::~Device() {
 }
 
 Result<std::shared_ptr<void>> Device::registerRegion(void* addr, size_t len) {
-  ibv_mr* mr = verbs_->regMr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
-  if (mr == nullptr)
-    return LOOM_ERROR(loomSystemError, "ibv_reg_mr of " + std::to_string(len) + " bytes on " +
-                                           describe() + " failed: " + std::strerror(errno));
+  // Which registration: host memory, or device memory by dma-buf, peer memory or not at all.
+  std::string noDriver;
+  const CudaDriver* cuda = CudaDriver::get(&noDriver);
+  const DevicePointer dp = cuda != nullptr ? cuda->classify(addr) : DevicePointer{};
+  GdrCaps caps;
+  caps.device = dp.device;
+  caps.disabled = env::gdrDisable();
+  caps.driver = cuda != nullptr;
+  if (dp.device) {
+    caps.driverDmaBuf = cuda->exportsDmaBuf();
+    caps.gpuDmaBuf = cuda->dmaBufSupported(dp.ordinal);
+    caps.verbsDmaBuf = verbs_->regDmabufMr != nullptr;
+    caps.peerMem = peerMemLoaded();
+  }
+  std::string why;
+  Registration how = chooseRegistration(caps, &why);
+  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE;
+  ibv_mr* mr = nullptr;
+  if (how == Registration::DmaBuf) {
+    // The driver exports whole pages; the region starts at its offset in the first one.
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    const uintptr_t base = a & ~(page - 1), end = (a + len + page - 1) & ~(page - 1);
+    const int fd = cuda->dmaBufFd(base, end - base, &why);
+    if (fd >= 0) {
+      mr = verbs_->regDmabufMr(pd_, a - base, len, a, fd, kAccess);
+      if (mr == nullptr) why = std::string("ibv_reg_dmabuf_mr: ") + std::strerror(errno);
+      close(fd);
+    }
+    if (mr == nullptr) how = fallbackAfter(how, caps);
+  }
+  if (how == Registration::PeerMem) {
+    mr = verbs_->regMr(pd_, addr, len, kAccess);
+    if (mr == nullptr) {
+      why += (why.empty() ? "" : "; ") + std::string("ibv_reg_mr of device memory: ") +
+             std::strerror(errno);
+      how = Registration::Staged;
+    }
+  }
+  if (how == Registration::Host) {
+    mr = verbs_->regMr(pd_, addr, len, kAccess);
+    if (mr == nullptr)
+      return LOOM_ERROR(loomSystemError, "ibv_reg_mr of " + std::to_string(len) + " bytes on " +
+                                             describe() + " failed: " + std::strerror(errno));
+  } else if (how == Registration::Staged) {
+    LOOM_INFO(kTransport, "ib: device buffer of %zu bytes on GPU %d stays staged through host "
+              "memory on %s: %s", len, dp.ordinal, describe().c_str(), why.c_str());
+  } else {
+    LOOM_INFO(kTransport, "ib: device buffer of %zu bytes on GPU %d registered on %s with %s",
+              len, dp.ordinal, describe().c_str(), registrationName(how));
+  }
   auto* r = new Region{reinterpret_cast<uintptr_t>(addr), reinterpret_cast<uintptr_t>(addr) + len,
-                       mr};
+                       mr, how};
   {
     std::lock_guard<std::mutex> lock(regMutex_);
     regions_.push_back(r);
@@ -195,16 +259,24 @@ Result<std::shared_ptr<void>> Device::registerRegion(void* addr, size_t len) {
       auto& v = self->regions_;
       v.erase(std::remove(v.begin(), v.end(), region), v.end());
     }
-    self->verbs_->deregMr(region->mr);
+    if (region->mr != nullptr) self->verbs_->deregMr(region->mr);
     delete region;
   });
+}
+
+Registration Device::registration(const void* addr, size_t len) const {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(addr), e = b + len;
+  std::lock_guard<std::mutex> lock(regMutex_);
+  for (const Region* r : regions_)
+    if (r->begin <= b && e <= r->end) return r->how;
+  return Registration::Staged;
 }
 
 uint32_t Device::lookup(const void* addr, size_t len) const {
   const uintptr_t b = reinterpret_cast<uintptr_t>(addr), e = b + len;
   std::lock_guard<std::mutex> lock(regMutex_);
   for (const Region* r : regions_)
-    if (r->begin <= b && e <= r->end) return r->mr->lkey;
+    if (r->mr != nullptr && r->begin <= b && e <= r->end) return r->mr->lkey;
   return 0;
 }
 
@@ -215,33 +287,103 @@ std::string Device::describe() const {
   return s + ")";
 }
 
-Result<std::vector<std::unique_ptr<Connection>>> connectIb(
-    int rank, int nranks, const std::vector<int>& peers, const std::shared_ptr<Device>& device,
-    const AllGather& allGather, size_t slotBytes, size_t depth) {
-  std::vector<std::unique_ptr<IbConnection>> conns;
-  std::vector<QpInfo> mine(static_cast<size_t>(nranks));
-  Status failed;
-  for (int p : peers) {
-    auto c = IbConnection::create(p, device, slotBytes, depth);
-    if (!c.isOk()) {
-      failed = c.status();  // still take part in the exchange, so no rank waits on us
-      break;
+Status exchangeOverLinks(const std::vector<Connection*>& links,
+                         const std::vector<const void*>& mine, const std::vector<void*>& theirs,
+                         size_t bytes, int64_t deadlineNs, const std::atomic<bool>* abortFlag) {
+  const size_t n = links.size();
+  std::vector<char> sent(n, 0), got(n, 0);
+  std::vector<pollfd> fds;
+  for (;;) {
+    bool done = true;
+    fds.clear();
+    bool ready = false;  // something arrived between the last look and the arming
+    for (size_t i = 0; i < n; ++i) {
+      Connection* c = links[i];
+      const std::string who = "rank " + std::to_string(c->peer()) + ": ";
+      LOOM_CHECK(c->progress().prefix(who));
+      if (!sent[i]) {
+        if (void* slot = c->trySendSlot()) {
+          std::memcpy(slot, mine[i], bytes);
+          c->postSend(bytes);
+          sent[i] = 1;
+          LOOM_CHECK(c->progress().prefix(who));
+        }
+      }
+      if (!got[i]) {
+        size_t b = 0;
+        if (const void* slot = c->tryRecvSlot(&b)) {
+          if (b != bytes)
+            return LOOM_ERROR(loomInternalError, who + "sent " + std::to_string(b) +
+                                                     " bytes of connection data, expected " +
+                                                     std::to_string(bytes));
+          std::memcpy(theirs[i], slot, bytes);
+          c->releaseRecv();
+          got[i] = 1;
+        } else {
+          LOOM_CHECK(c->checkRecv().prefix(who));
+        }
+      }
+      if (sent[i] && got[i] && c->flushed()) continue;
+      done = false;
+      if (c->prepareWait()) ready = true;
+      fds.push_back({c->fd(), c->pollEvents(), 0});
     }
-    mine[static_cast<size_t>(p)] = c.value()->localInfo();
-    conns.push_back(c.take());
+    if (done) return Status::ok();
+    if (abortFlag != nullptr && abortFlag->load())
+      return LOOM_ERROR(loomInternalError, "ib connection exchange aborted");
+    if (nowNs() > deadlineNs) {
+      for (size_t i = 0; i < n; ++i)
+        if (!(sent[i] && got[i]))
+          return LOOM_ERROR(loomTimeout, "ib connection exchange: timed out " +
+                                             std::string(sent[i] ? "waiting for" : "sending to") +
+                                             " rank " + std::to_string(links[i]->peer()));
+      return LOOM_ERROR(loomTimeout, "ib connection exchange: timed out flushing");
+    }
+    if (!ready) poll(fds.data(), fds.size(), 10);
   }
-  std::vector<QpInfo> all(static_cast<size_t>(nranks) * static_cast<size_t>(nranks));
-  LOOM_CHECK(allGather(mine.data(), all.data(), mine.size() * sizeof(QpInfo)));
+}
+
+Result<std::vector<std::unique_ptr<Connection>>> connectIb(
+    const std::vector<int>& peers, const std::shared_ptr<Device>& device,
+    const std::vector<Connection*>& links, size_t slotBytes, size_t depth, int64_t deadlineNs,
+    const std::atomic<bool>* abortFlag) {
+  std::vector<std::unique_ptr<IbConnection>> conns;
+  std::vector<QpInfo> mine(peers.size()), theirs(peers.size());
+  std::vector<Connection*> via;
+  std::vector<const void*> out;
+  std::vector<void*> in;
+  Status failed;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int p = peers[i];
+    Connection* link = static_cast<size_t>(p) < links.size() ? links[static_cast<size_t>(p)]
+                                                              : nullptr;
+    if (link == nullptr)
+      return LOOM_ERROR(loomInternalError, "ib: no link to rank " + std::to_string(p) +
+                                               " to exchange connection data over");
+    if (failed.isOk()) {
+      auto c = IbConnection::create(p, device, slotBytes, depth);
+      if (c.isOk()) {
+        mine[i] = c.value()->localInfo();
+        conns.push_back(c.take());
+      } else {
+        failed = c.status();  // peers still get an (invalid) entry, so none waits on us
+      }
+    }
+    via.push_back(link);
+    out.push_back(&mine[i]);
+    in.push_back(&theirs[i]);
+  }
+  LOOM_CHECK(exchangeOverLinks(via, out, in, sizeof(QpInfo), deadlineNs, abortFlag));
   LOOM_CHECK(failed);
-  std::vector<std::unique_ptr<Connection>> out;
-  for (auto& c : conns) {
-    const QpInfo& theirs =
-        all[static_cast<size_t>(c->peer()) * static_cast<size_t>(nranks) + static_cast<size_t>(rank)];
-    LOOM_CHECK(c->connect(theirs).prefix("ib link to rank " + std::to_string(c->peer()) + ": "));
-    out.push_back(std::move(c));
+  std::vector<std::unique_ptr<Connection>> result;
+  for (size_t i = 0; i < conns.size(); ++i) {
+    IbConnection& c = *conns[i];
+    LOOM_CHECK(c.connect(theirs[i]).prefix("ib link to rank " + std::to_string(c.peer()) + ": "));
+    result.push_back(std::move(conns[i]));
   }
-  if (device) LOOM_INFO(kTransport, "ib: %zu queue pairs on %s", out.size(), device->describe().c_str());
-  return out;
+  if (device)
+    LOOM_INFO(kTransport, "ib: %zu queue pairs on %s", result.size(), device->describe().c_str());
+  return result;
 }
 
 }  // namespace loom::transport::ib

@@ -2,24 +2,26 @@
 // reliable-connected queue pairs with every peer through the bootstrap.
 //
 // Device choice: the active ports LOOM_IB_HCA selects (NCCL's syntax:
-// "mlx5_0:1,mlx5_1:1", "^" excludes, "=" exact names), nearest first (a
-// port on this process's NUMA node before others), then spread over the
-// ranks of one host by their local index, as ranks sharing a host share its
-// NICs. RoCE ports take the GID LOOM_IB_GID_INDEX names, else the first
+// "mlx5_0:1,mlx5_1:1", "^" excludes, "=" exact names). A rank that uses a GPU
+// takes the nearest to that GPU in the host's topology (topology/nic_rank.h:
+// a NIC under the GPU's PCIe switch first), ranks sharing a GPU spreading over
+// the equally near ones; otherwise ports on this process's NUMA node come
+// first, spread over the ranks of one host by their local index. RoCE ports take the GID LOOM_IB_GID_INDEX names, else the first
 // RoCE v2 IPv4 GID; InfiniBand ports are addressed by LID.
 //
 // Connection data (queue pair number, address, the receive FIFO's address and
-// key) is exchanged in one allGather of a table per rank.
+// key) goes point to point, over each ib peer's TCP watch link: per rank, one
+// record per peer, never a table of the whole communicator.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "transport/ib/gdr.h"
 #include "transport/ib/verbs.h"
 #include "transport/transport.h"
 #include "util/net.h"
@@ -30,6 +32,7 @@ struct PortChoice {
   std::string device;
   int port = 1;
   int numaNode = -1;  // of the device, -1 unknown
+  std::string busId;  // PCI bus id of the device's function, empty unknown
   double gbps = 0;    // active link rate
   bool ethernet = false;
 };
@@ -63,10 +66,14 @@ class Device : public std::enable_shared_from_this<Device> {
   std::string describe() const;  // "rxe0:1 (RoCE, GID 1, 10 Gb/s)"
 
   // Registers [addr, addr + len) so this device's sends read it in place; it
-  // stays registered while the returned handle lives. lookup() gives the key
-  // of a registration covering a whole range, 0 when none does.
+  // stays registered while the returned handle lives. Host memory takes
+  // ibv_reg_mr; device memory GPUDirect RDMA where every condition holds, else
+  // nothing (it stays staged, said at INFO; gdr.h). lookup() gives the key of a
+  // registration covering a whole range, 0 when none does; registration() how
+  // it was registered (Staged when not).
   Result<std::shared_ptr<void>> registerRegion(void* addr, size_t len);
   uint32_t lookup(const void* addr, size_t len) const;
+  Registration registration(const void* addr, size_t len) const;
 
  private:
   Device() = default;
@@ -79,7 +86,8 @@ class Device : public std::enable_shared_from_this<Device> {
   ibv_gid gid_{};
   struct Region {
     uintptr_t begin, end;
-    ibv_mr* mr;
+    ibv_mr* mr;  // nullptr for a device buffer left to staging
+    Registration how;
   };
   mutable std::mutex regMutex_;
   std::vector<Region*> regions_;
@@ -94,13 +102,25 @@ int pickGid(int wanted, const std::vector<std::string>& types, const std::vector
 // Link rate in Gb/s from ibv_port_attr's active_width and active_speed codes (0 unknown).
 double portGbps(uint8_t activeWidth, uint16_t activeSpeed);
 
-using AllGather = std::function<Status(const void* mine, void* all, size_t bytes)>;
+// Sends mine[i] to links[i]'s peer and receives theirs[i] from it, `bytes`
+// (at most one slot) each way, on every link at once: all sends are posted
+// before any wait, so no order between ranks can deadlock. Fails on a link
+// error (naming the peer), at deadlineNs (loomTimeout), or once *abortFlag is
+// raised.
+Status exchangeOverLinks(const std::vector<Connection*>& links,
+                         const std::vector<const void*>& mine, const std::vector<void*>& theirs,
+                         size_t bytes, int64_t deadlineNs, const std::atomic<bool>* abortFlag);
 
-// Connects this rank with every rank in `peers` over `device`. Every rank of
-// the communicator must call it, with peers that are symmetric (a in b's list
-// iff b in a's), since the table exchange is collective.
+// Connects this rank with every rank in `peers` over `device`. The queue pair
+// data for peer p travels over links[p] (indexed by rank: an authenticated
+// point-to-point link, the communicator's TCP watch link), so each rank sends
+// and receives one QpInfo per peer: O(peers) per rank, whatever the
+// communicator's size. Peers must be symmetric (a in b's list iff b in a's).
+// A rank that cannot create a queue pair still sends every peer an invalid
+// entry, so they fail at once with a message rather than at the deadline.
 Result<std::vector<std::unique_ptr<Connection>>> connectIb(
-    int rank, int nranks, const std::vector<int>& peers, const std::shared_ptr<Device>& device,
-    const AllGather& allGather, size_t slotBytes, size_t depth);
+    const std::vector<int>& peers, const std::shared_ptr<Device>& device,
+    const std::vector<Connection*>& links, size_t slotBytes, size_t depth, int64_t deadlineNs,
+    const std::atomic<bool>* abortFlag);
 
 }  // namespace loom::transport::ib

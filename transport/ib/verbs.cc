@@ -54,6 +54,8 @@ const Verbs* loadVerbsFrom(const std::string& path, std::string* why) {
   bind(v->modifyQp, "ibv_modify_qp");
   bind(v->destroyQp, "ibv_destroy_qp");
   bind(v->wcStatusStr, "ibv_wc_status_str");
+  // GPUDirect RDMA through dma-buf (gdr.h); an older library simply lacks it.
+  v->regDmabufMr = reinterpret_cast<decltype(v->regDmabufMr)>(dlsym(lib, "ibv_reg_dmabuf_mr"));
   if (!ok) {
     delete v;
     dlclose(lib);

@@ -37,6 +37,8 @@ struct Verbs {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int);
   int (*destroyQp)(ibv_qp*);
   const char* (*wcStatusStr)(ibv_wc_status);
+  // Optional (rdma-core 34 and later): nullptr where the library lacks it.
+  ibv_mr* (*regDmabufMr)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);
 
   // Port attributes through the context's table where the provider has one
   // (as verbs.h's inline query does), else the exported compatibility call.
