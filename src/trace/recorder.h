@@ -121,6 +121,17 @@ class FlightRecorder {
   int64_t toRank0(int64_t ns) const { return ns + clockOffsetNs_; }
 
   uint64_t lastCompletedSeq() const { return lastCompleted_.load(std::memory_order_relaxed); }
+  // Rank `peer` entered operation `seq`: its news (a stamp it sent, or one naming it as the
+  // earliest or latest entry) reached this rank. Called by the thread running operations.
+  void notePeerSeen(int peer, uint64_t seq) {
+    if (peer >= 0 && static_cast<size_t>(peer) < seen_.size() && seq > seen_[peer])
+      seen_[peer] = seq;
+  }
+  // The latest operation that rank `peer` is known to have entered, 0 when none; read by the
+  // thread running operations (a timeout's message).
+  uint64_t peerSeenSeq(int peer) const {
+    return peer >= 0 && static_cast<size_t>(peer) < seen_.size() ? seen_[peer] : 0;
+  }
   std::vector<RankLateness> lateness() const;
 
   // JSON: {"rank":..,"nranks":..,"ops":[...]} with the oldest record first.
@@ -135,6 +146,7 @@ class FlightRecorder {
   std::vector<OpRecord> ring_;
   uint64_t next_ = 0;  // records started
   std::atomic<uint64_t> lastCompleted_{0};
+  std::vector<uint64_t> seen_;  // per rank: peerSeenSeq()
   mutable std::mutex mutex_;
   std::vector<RankLateness> lateness_;
   int64_t clockOffsetNs_ = 0, clockErrorNs_ = 0;

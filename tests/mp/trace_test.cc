@@ -204,6 +204,42 @@ TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
 
+// The same skip over TCP (LOOM_SHM_DISABLE=1): no shared header tells rank 0 how far rank 1
+// got, but the stamps riding with rank 1's data did: the timeout says which operation the last
+// news from rank 1 came from, the last one rank 1 entered (and completed).
+TEST(Straggler, MissingRankOverTcpNamesItsLastOperation) {
+  constexpr int kDone = 5;  // the all-reduces rank 1 calls (and completes)
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = 1500;
+  opts.env.push_back({"LOOM_SHM_DISABLE", "1"});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    std::vector<float> x(64, 1.0f), y(64);
+    for (int i = 0; i < kDone; ++i)
+      if (loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr) !=
+          loomSuccess)
+        return 1;
+    if (ctx.rank == 1) {
+      ctx.shared->words[0].store(kDone);  // what rank 1 completed, for rank 0 to check against
+      while (ctx.shared->flag.load() == 0) usleep(10000);
+      return 0;
+    }
+    loomResult_t r = loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm,
+                                   nullptr);
+    std::string msg = loomGetLastError(ctx.comm);
+    ctx.shared->flag.store(1);
+    fprintf(stderr, "rank 0: %d %s\n", r, msg.c_str());
+    if (r != loomTimeout) return 2;
+    const std::string done = std::to_string(ctx.shared->words[0].load());
+    for (const std::string& want :
+         {std::string("allreduce #") + std::to_string(kDone + 1), std::string("for rank 1"),
+          "the last news from rank 1 is from operation #" + done})
+      if (msg.find(want) == std::string::npos) return 3;
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 // One operation of a rank's dump, as far as the first-arrival checks need it.
 struct DumpedOp {
   uint64_t seq = 0;
