@@ -1,10 +1,10 @@
 // loom-trace-overhead: what recording costs an all-reduce, measured so that a noisy machine
 // can still show it.
 //
-// Two pairs of ranks run side by side: one with the flight recorder off
-// (LOOM_FLIGHT_RECORDER=0), one with it on (the default, 2000 records). The parent makes them
-// take turns: in each repetition one pair runs a short timed batch of all-reduces while the
-// other sleeps in read(), then the other pair does (the order flips every repetition). A drift
+// Pairs of ranks run side by side: some with the flight recorder off (LOOM_FLIGHT_RECORDER=0),
+// as many with it on (the default, 2000 records). The parent makes them take turns: in each
+// repetition a recording-off pair runs a short timed batch of all-reduces while every other
+// pair sleeps in read(), then a recording pair does (the order flips every repetition). A drift
 // in the machine's load therefore hits both modes alike. Each rank times every operation of a
 // batch and answers with the median (an operation that lost the CPU to another process does
 // not move it); the batch's time is the slower rank's. Each repetition gives one paired
@@ -13,9 +13,14 @@
 // interval, and a verdict against the target: PASS when the whole interval is under it, FAIL
 // when the whole interval is over it, UNSURE otherwise.
 //
-//   loom-trace-overhead [-t shm|tcp] [-r REPS] [-b BYTES[,BYTES...]] [-a]
+//   loom-trace-overhead [-t shm|tcp] [-r REPS] [-b BYTES[,BYTES...]] [-p PAIRS] [-n RECORDS]
+//                       [-a]
 //
-// -a (a calibration): both pairs run with recording off, so the "cost" shows what the method
+// -n: LOOM_FLIGHT_RECORDER of the recording pairs (default 2000; 1 keeps the one record in
+// the cache, which shows how much of the cost is the ring's memory).
+// -p: pairs per mode (default 4), each repetition's two batches on the next pair of each mode,
+// so that what sets one pair apart from another averages out.
+// -a (a calibration): every pair runs with recording off, so the "cost" shows what the method
 // reports for two pairs that differ in nothing but their processes and buffers.
 //
 // Targets: under 0.5 us per operation up to 4 KiB, under 2 % above. Each batch runs one
@@ -200,7 +205,10 @@ const char* verdict(double lo, double hi, double target) {
 }
 
 int usage(const char* prog) {
-  std::fprintf(stderr, "usage: %s [-t shm|tcp] [-r REPS] [-b BYTES[,BYTES...]] [-a]\n", prog);
+  std::fprintf(stderr,
+               "usage: %s [-t shm|tcp] [-r REPS (400)] [-b BYTES[,BYTES...]] [-p PAIRS (4)] "
+               "[-n RECORDS (2000)] [-a]\n",
+               prog);
   return 2;
 }
 
@@ -208,12 +216,28 @@ int usage(const char* prog) {
 
 int main(int argc, char** argv) {
   bool tcp = false, calibrate = false;
-  long reps = 200;
+  std::string records = "2000";
+  long reps = 400, pairs = 4;
   std::vector<uint64_t> sizes = {8, 1 << 20};
   int opt;
-  while ((opt = getopt(argc, argv, "t:r:b:a")) != -1) {
+  while ((opt = getopt(argc, argv, "t:r:b:p:n:a")) != -1) {
     if (opt == 't' && (std::strcmp(optarg, "shm") == 0 || std::strcmp(optarg, "tcp") == 0)) {
       tcp = std::strcmp(optarg, "tcp") == 0;
+    } else if (opt == 'p') {
+      char* end = nullptr;
+      pairs = std::strtol(optarg, &end, 10);
+      if (*end != '\0' || pairs < 1 || pairs > 16) {
+        std::fprintf(stderr, "-p: pairs per mode must be 1..16, got '%s'\n", optarg);
+        return 2;
+      }
+    } else if (opt == 'n') {
+      char* end = nullptr;
+      const long n = std::strtol(optarg, &end, 10);
+      if (*end != '\0' || n < 1 || n > 1000000) {
+        std::fprintf(stderr, "-n: records must be 1..1000000, got '%s'\n", optarg);
+        return 2;
+      }
+      records = optarg;
     } else if (opt == 'a') {
       calibrate = true;
     } else if (opt == 'r') {
@@ -242,32 +266,38 @@ int main(int argc, char** argv) {
   if (optind != argc) return usage(argv[0]);
   signal(SIGPIPE, SIG_IGN);
 
-  Pair off, on;
-  if (!startPair("0", tcp, &off) || !startPair(calibrate ? "0" : "2000", tcp, &on)) {
-    std::perror("starting the ranks");
-    return 1;
-  }
+  // Several pairs per mode, used in turn, so that what sets one pair apart from another (its
+  // processes' placement, its buffers, its sockets) averages out instead of passing for cost.
+  std::vector<Pair> off(static_cast<size_t>(pairs)), on(static_cast<size_t>(pairs));
+  for (long i = 0; i < pairs; ++i)
+    if (!startPair("0", tcp, &off[static_cast<size_t>(i)]) ||
+        !startPair(calibrate ? "0" : records.c_str(), tcp, &on[static_cast<size_t>(i)])) {
+      std::perror("starting the ranks");
+      return 1;
+    }
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) < 0) load[0] = -1;
   std::printf("# loom-trace-overhead: 2 ranks over %s, recorder off (LOOM_FLIGHT_RECORDER=0) "
-              "and %s in alternating batches, %ld repetitions; %ld CPUs, load %.1f\n",
+              "and %s in alternating batches, %ld repetitions over %ld pairs per mode; %ld CPUs, "
+              "load %.1f\n",
               tcp ? "TCP" : "shared memory",
-              calibrate ? "off again (calibration: 'on' is a second pair with recording off)"
-                        : "on (2000)",
-              reps, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+              calibrate ? "off again (calibration: 'on' pairs with recording off too)"
+                        : ("on (" + records + " records)").c_str(),
+              reps, pairs, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
   int code = 0;
   for (const uint64_t bytes : sizes) {
     // About the same time per batch at every size: 100 operations at 8 B, 10 at 1 MiB.
     const uint64_t iters = bytes <= 4096 ? 100 : std::max<uint64_t>(2, (10u << 20) / bytes);
     std::vector<double> offT, onT, diff, rel;
-    for (int warm = 0; warm < 3; ++warm) {  // first touches, connections, caches
-      runBatch(off, bytes, iters);
-      runBatch(on, bytes, iters);
+    for (size_t i = 0; i < off.size(); ++i) {  // first touches, connections, caches
+      runBatch(off[i], bytes, iters);
+      runBatch(on[i], bytes, iters);
     }
     for (long r = 0; r < reps && code == 0; ++r) {
       const bool onFirst = r % 2 == 1;
-      const double a = runBatch(onFirst ? on : off, bytes, iters);
-      const double b = runBatch(onFirst ? off : on, bytes, iters);
+      const size_t k = static_cast<size_t>((r / 2) % pairs);
+      const double a = runBatch(onFirst ? on[k] : off[k], bytes, iters);
+      const double b = runBatch(onFirst ? off[k] : on[k], bytes, iters);
       const double tOff = onFirst ? b : a, tOn = onFirst ? a : b;
       if (tOff <= 0 || tOn <= 0) {
         std::fprintf(stderr, "a batch failed (%llu B)\n", static_cast<unsigned long long>(bytes));
@@ -293,7 +323,9 @@ int main(int argc, char** argv) {
                 lo, hi, unit, target, unit, verdict(lo, hi, target));
     std::fflush(stdout);
   }
-  for (Pair* p : {&off, &on}) {
+  std::vector<Pair*> all;
+  for (size_t i = 0; i < off.size(); ++i) all.insert(all.end(), {&off[i], &on[i]});
+  for (Pair* p : all) {
     const Command quit{0, 0};
     writeAll(p->cmd[0], quit);
     writeAll(p->cmd[1], quit);

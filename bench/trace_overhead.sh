@@ -8,11 +8,11 @@
 #  2. loom-recorder-bench (bench/recorder_bench.cc): the recorder's own calls per operation,
 #     timed in a loop; no other process is involved, so the machine's load barely moves it.
 #
-#   bench/trace_overhead.sh [BUILD_DIR] [REPS]      (defaults: build, 200)
+#   bench/trace_overhead.sh [BUILD_DIR] [REPS]      (defaults: build, 400)
 set -u
 
 BUILD=${1:-build}
-REPS=${2:-200}
+REPS=${2:-400}
 [[ -x "$BUILD/loom-trace-overhead" ]] ||
   { echo "usage: $0 [build directory holding loom-trace-overhead] [repetitions]" >&2; exit 2; }
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "repetitions must be a positive integer, got '$REPS'" >&2; exit 2; }
