@@ -204,6 +204,18 @@ const char* verdict(double lo, double hi, double target) {
   return hi < target ? "PASS" : lo > target ? "FAIL" : "UNSURE";
 }
 
+// optarg as a whole number in [lo, hi], else a message naming the option.
+bool parseLong(const char* what, long lo, long hi, long* out) {
+  char* end = nullptr;
+  const long v = std::strtol(optarg, &end, 10);
+  if (end == optarg || *end != '\0' || v < lo || v > hi) {
+    std::fprintf(stderr, "%s must be %ld..%ld, got '%s'\n", what, lo, hi, optarg);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 int usage(const char* prog) {
   std::fprintf(stderr,
                "usage: %s [-t shm|tcp] [-r REPS (400)] [-b BYTES[,BYTES...]] [-p PAIRS (4)] "
@@ -224,29 +236,15 @@ int main(int argc, char** argv) {
     if (opt == 't' && (std::strcmp(optarg, "shm") == 0 || std::strcmp(optarg, "tcp") == 0)) {
       tcp = std::strcmp(optarg, "tcp") == 0;
     } else if (opt == 'p') {
-      char* end = nullptr;
-      pairs = std::strtol(optarg, &end, 10);
-      if (*end != '\0' || pairs < 1 || pairs > 16) {
-        std::fprintf(stderr, "-p: pairs per mode must be 1..16, got '%s'\n", optarg);
-        return 2;
-      }
+      if (!parseLong("-p: pairs per mode", 1, 16, &pairs)) return 2;
     } else if (opt == 'n') {
-      char* end = nullptr;
-      const long n = std::strtol(optarg, &end, 10);
-      if (*end != '\0' || n < 1 || n > 1000000) {
-        std::fprintf(stderr, "-n: records must be 1..1000000, got '%s'\n", optarg);
-        return 2;
-      }
+      long n = 0;
+      if (!parseLong("-n: records", 1, 1000000, &n)) return 2;
       records = optarg;
     } else if (opt == 'a') {
       calibrate = true;
     } else if (opt == 'r') {
-      char* end = nullptr;
-      reps = std::strtol(optarg, &end, 10);
-      if (*end != '\0' || reps < 10 || reps > 100000) {
-        std::fprintf(stderr, "-r: repetitions must be 10..100000, got '%s'\n", optarg);
-        return 2;
-      }
+      if (!parseLong("-r: repetitions", 10, 100000, &reps)) return 2;
     } else if (opt == 'b') {
       sizes.clear();
       for (char* s = optarg; *s != '\0';) {
