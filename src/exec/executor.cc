@@ -45,9 +45,14 @@ Status Waiter::check(int peer, const std::string& what, int64_t* nextLiveCheck) 
   if (now > op_.deadlineNs) {
     std::string msg = where + " timed out after " + std::to_string(comm_.options().timeoutMs) +
                       " ms waiting for rank " + std::to_string(peer) + " (" + what + ")";
+    // On this host the peer publishes its last completed operation; elsewhere the last news
+    // from it (the stamps riding with its data) says which operation it was last seen in.
     if (uint64_t last = comm_.peerLastSeq(peer))
       msg += "; rank " + std::to_string(peer) + " last completed operation #" +
              std::to_string(last);
+    else if (uint64_t seen = comm_.recorder().peerSeenSeq(peer))
+      msg += "; the last news from rank " + std::to_string(peer) + " is from operation #" +
+             std::to_string(seen);
     return LOOM_ERROR(loomTimeout, msg);
   }
   if (now >= *nextLiveCheck) {
@@ -183,8 +188,13 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
                                   " were expected; do all ranks call the same collective with "
                                   "the same count, type and root?");
           if (news != nullptr) {
-            news->merge(rc->recvStamp());
-            comm.recorder().noteFirstArrival(op.record, st.recvPeer);
+            const transport::Stamp stamp = rc->recvStamp();
+            news->merge(stamp);
+            trace::FlightRecorder& rec = comm.recorder();
+            rec.noteFirstArrival(op.record, st.recvPeer);
+            rec.notePeerSeen(st.recvPeer, stamp.seq);
+            rec.notePeerSeen(stamp.earliestRank, stamp.seq);
+            rec.notePeerSeen(stamp.latestRank, stamp.seq);
           }
         }
         void* out = nullptr;

@@ -59,15 +59,29 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   slice.resize(static_cast<size_t>(n));
   inputs.resize(static_cast<size_t>(n));
 
+  // Each peer's first data is the moment its input was first seen ready here: for the peers
+  // ready at the first look, one clock read serves them all; a peer waited for is timed when
+  // its wait ends. With the recorder off (or `note` false), no clock is read.
+  int64_t seenNs = 0;
+  auto noteSeen = [&](int q, bool waited) {
+    if (waited) {
+      trace::FlightRecorder::noteFirstArrivalAt(op.record, q, nowNs());
+      return;
+    }
+    if (seenNs == 0) seenNs = nowNs();
+    trace::FlightRecorder::noteFirstArrivalAt(op.record, q, seenNs);
+  };
   auto waitAll = [&](std::atomic<uint32_t> ShmDirectHeader::*field, uint32_t target,
-                     const char* phase) -> Status {
+                     const char* phase, bool note) -> Status {
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
       std::atomic<uint32_t>& word = h->*field;
-      if (reached(word, target)) continue;
-      LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, target); },
-                                  [&] { return std::string("direct all-reduce, ") + phase; }));
+      const bool ready = reached(word, target);
+      if (!ready)
+        LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, target); },
+                                    [&] { return std::string("direct all-reduce, ") + phase; }));
+      if (note) noteSeen(q, !ready);
     }
     return Status::ok();
   };
@@ -99,9 +113,13 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     for (int q = 0; q < n; ++q) {
       ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
       std::atomic<uint32_t>& word = h->ll[g & 1].round;
-      if (q != me && !reached(word, g))
-        LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, g); },
-                                    [] { return std::string("low-latency all-reduce"); }));
+      if (q != me) {
+        const bool ready = reached(word, g);
+        if (!ready)
+          LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, g); },
+                                      [] { return std::string("low-latency all-reduce"); }));
+        if (op.record != nullptr) noteSeen(q, !ready);
+      }
       bufs[static_cast<size_t>(q)] = h->ll[g & 1].data;
     }
     noteArrivals([&](int q) {
@@ -140,7 +158,8 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     publish(mine->ready, mine, g);
     for (int q = 0; q < n; ++q)
       bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
-    LOOM_CHECK(waitAll(&ShmDirectHeader::ready, g, "waiting for peers' input"));
+    LOOM_CHECK(waitAll(&ShmDirectHeader::ready, g, "waiting for peers' input",
+                       off == 0 && op.record != nullptr));
     // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here.
     for (int q = 0; q < n; ++q) {
       const ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();

@@ -26,7 +26,11 @@ const char* stateName(OpState s) {
 }
 
 FlightRecorder::FlightRecorder(size_t capacity, int rank, int nranks)
-    : rank_(rank), nranks_(nranks), ring_(capacity), lateness_(static_cast<size_t>(nranks)) {}
+    : rank_(rank),
+      nranks_(nranks),
+      ring_(capacity),
+      seen_(static_cast<size_t>(nranks)),
+      lateness_(static_cast<size_t>(nranks)) {}
 
 namespace {
 

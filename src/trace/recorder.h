@@ -46,9 +46,11 @@ struct OpRecord {
   int earliestRank = -1;   // the rank that arrived first, when known
   int64_t earliestNs = 0;  // its entry and the last rank's, on rank 0's clock
   int64_t latestNs = 0;
-  // When data from each peer first arrived (this rank's clock), for the first few peers.
-  static constexpr int kFirstPeers = 4;
-  int firstPeer[kFirstPeers] = {-1, -1, -1, -1};
+  // When data from each peer first arrived (this rank's clock), for up to kFirstPeers peers:
+  // slots fill in the order peers are noted; once all are taken, a later arrival replaces the
+  // earliest, so the record keeps the peers whose data came last.
+  static constexpr int kFirstPeers = 8;
+  int firstPeer[kFirstPeers] = {-1, -1, -1, -1, -1, -1, -1, -1};
   int64_t firstNs[kFirstPeers] = {};
   char error[160] = {};
 };
@@ -86,17 +88,30 @@ class FlightRecorder {
   // waited for the latest from its own entry on.
   void noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs, int latestRank,
                     int64_t latestNs);
-  // Notes the first data from `peer` in the current operation (cheap; called per piece).
+  // Notes the first data from `peer` in the current operation (cheap; called per piece: the
+  // clock is read only for a peer not noted yet).
   static void noteFirstArrival(OpRecord* r, int peer) {
     if (r == nullptr) return;
+    for (int i = 0; i < OpRecord::kFirstPeers && r->firstPeer[i] >= 0; ++i)
+      if (r->firstPeer[i] == peer) return;
+    noteFirstArrivalAt(r, peer, nowNs());
+  }
+  // The same with the time given (a caller that saw several peers ready at once reads the
+  // clock once for all of them). A peer already noted keeps its first time.
+  static void noteFirstArrivalAt(OpRecord* r, int peer, int64_t ns) {
+    if (r == nullptr) return;
+    int slot = 0;
     for (int i = 0; i < OpRecord::kFirstPeers; ++i) {
       if (r->firstPeer[i] == peer) return;
       if (r->firstPeer[i] < 0) {
-        r->firstPeer[i] = peer;
-        r->firstNs[i] = nowNs();
-        return;
+        slot = i;
+        break;
       }
+      if (r->firstNs[i] < r->firstNs[slot]) slot = i;
     }
+    if (r->firstPeer[slot] >= 0 && r->firstNs[slot] >= ns) return;
+    r->firstPeer[slot] = peer;
+    r->firstNs[slot] = ns;
   }
   // Rank 0's clock minus this rank's, and the bound on that estimate's error (bootstrap).
   void setClock(int64_t offsetNs, int64_t errorNs) {
@@ -106,6 +121,17 @@ class FlightRecorder {
   int64_t toRank0(int64_t ns) const { return ns + clockOffsetNs_; }
 
   uint64_t lastCompletedSeq() const { return lastCompleted_.load(std::memory_order_relaxed); }
+  // Rank `peer` entered operation `seq`: its news (a stamp it sent, or one naming it as the
+  // earliest or latest entry) reached this rank. Called by the thread running operations.
+  void notePeerSeen(int peer, uint64_t seq) {
+    if (peer >= 0 && static_cast<size_t>(peer) < seen_.size() && seq > seen_[peer])
+      seen_[peer] = seq;
+  }
+  // The latest operation that rank `peer` is known to have entered, 0 when none; read by the
+  // thread running operations (a timeout's message).
+  uint64_t peerSeenSeq(int peer) const {
+    return peer >= 0 && static_cast<size_t>(peer) < seen_.size() ? seen_[peer] : 0;
+  }
   std::vector<RankLateness> lateness() const;
 
   // JSON: {"rank":..,"nranks":..,"ops":[...]} with the oldest record first.
@@ -120,6 +146,7 @@ class FlightRecorder {
   std::vector<OpRecord> ring_;
   uint64_t next_ = 0;  // records started
   std::atomic<uint64_t> lastCompleted_{0};
+  std::vector<uint64_t> seen_;  // per rank: peerSeenSeq()
   mutable std::mutex mutex_;
   std::vector<RankLateness> lateness_;
   int64_t clockOffsetNs_ = 0, clockErrorNs_ = 0;

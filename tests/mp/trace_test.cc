@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -66,8 +68,14 @@ int lateRank(RankContext& ctx, size_t count, const std::string& dir) {
   if (late.ops != static_cast<unsigned long long>(kOps)) return 4;
   if (late.timesLast < static_cast<unsigned long long>(kLateTo - kLateFrom)) return 5;
   if (late.maxLateUs < kLateMs * 1000 * 0.8) return 6;
+  // The others' mean, not their maximum: on a loaded machine one of their entries may come
+  // tens of milliseconds late when the scheduler passes them over once.
   for (int r = 0; r < 2; ++r)
-    if (st[static_cast<size_t>(r)].maxLateUs > late.maxLateUs / 2) return 7;
+    if (st[static_cast<size_t>(r)].meanLateUs > late.meanLateUs / 2) {
+      fprintf(stderr, "rank %d: rank %d's mean lateness %.0f us\n", ctx.rank, r,
+              st[static_cast<size_t>(r)].meanLateUs);
+      return 7;
+    }
   if (late.waitCausedUs < (kLateTo - kLateFrom) * kLateMs * 1000.0) return 8;
   // A bad call names its argument.
   if (loomCommGetStragglerSummary(ctx.comm, st.data(), 1) != loomInvalidArgument ||
@@ -201,6 +209,155 @@ TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
   });
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
+
+// The same skip over TCP (LOOM_SHM_DISABLE=1): no shared header tells rank 0 how far rank 1
+// got, but the stamps riding with rank 1's data did: the timeout says which operation the last
+// news from rank 1 came from, the last one rank 1 entered (and completed).
+TEST(Straggler, MissingRankOverTcpNamesItsLastOperation) {
+  constexpr int kDone = 5;  // the all-reduces rank 1 calls (and completes)
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = 1500;
+  opts.env.push_back({"LOOM_SHM_DISABLE", "1"});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    std::vector<float> x(64, 1.0f), y(64);
+    for (int i = 0; i < kDone; ++i)
+      if (loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr) !=
+          loomSuccess)
+        return 1;
+    if (ctx.rank == 1) {
+      ctx.shared->words[0].store(kDone);  // what rank 1 completed, for rank 0 to check against
+      while (ctx.shared->flag.load() == 0) usleep(10000);
+      return 0;
+    }
+    loomResult_t r = loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm,
+                                   nullptr);
+    std::string msg = loomGetLastError(ctx.comm);
+    ctx.shared->flag.store(1);
+    fprintf(stderr, "rank 0: %d %s\n", r, msg.c_str());
+    if (r != loomTimeout) return 2;
+    const std::string done = std::to_string(ctx.shared->words[0].load());
+    for (const std::string& want :
+         {std::string("allreduce #") + std::to_string(kDone + 1), std::string("for rank 1"),
+          "the last news from rank 1 is from operation #" + done})
+      if (msg.find(want) == std::string::npos) return 3;
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+// One operation of a rank's dump, as far as the first-arrival checks need it.
+struct DumpedOp {
+  uint64_t seq = 0;
+  int64_t enterNs = 0;
+  std::string proto;
+  std::vector<std::pair<int, int64_t>> arrivals, first;  // [rank, time] lists
+};
+
+// Reads the [[rank,time],...] list that follows `key` in `text` from `from` on.
+std::vector<std::pair<int, int64_t>> pairList(const std::string& text, size_t from,
+                                              const std::string& key) {
+  std::vector<std::pair<int, int64_t>> out;
+  size_t p = text.find("\"" + key + "\":[", from);
+  if (p == std::string::npos) return out;
+  p += key.size() + 4;
+  while (p < text.size() && text[p] == '[') {
+    char* end = nullptr;
+    const long rank = std::strtol(text.c_str() + p + 1, &end, 10);
+    const long long t = std::strtoll(end + 1, &end, 10);
+    out.push_back({static_cast<int>(rank), t});
+    p = static_cast<size_t>(end - text.c_str()) + 1;  // past ']'
+    if (p < text.size() && text[p] == ',') ++p;
+  }
+  return out;
+}
+
+// The operations of a dump written by loomCommDumpTrace (the recorder's own flat format).
+std::vector<DumpedOp> dumpedOps(const std::string& json) {
+  std::vector<DumpedOp> ops;
+  for (size_t p = json.find("{\"seq\":"); p != std::string::npos;
+       p = json.find("{\"seq\":", p + 1)) {
+    DumpedOp op;
+    op.seq = std::strtoull(json.c_str() + p + 7, nullptr, 10);
+    const size_t e = json.find("\"enterNs\":", p);
+    const size_t pr = json.find("\"proto\":\"", p);
+    if (e == std::string::npos || pr == std::string::npos) break;
+    op.enterNs = std::strtoll(json.c_str() + e + 10, nullptr, 10);
+    op.proto = json.substr(pr + 9, json.find('"', pr + 9) - (pr + 9));
+    op.arrivals = pairList(json, p, "arrivals");
+    op.first = pairList(json, p, "firstArrivalNs");
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+int64_t timeOf(const std::vector<std::pair<int, int64_t>>& list, int rank) {
+  for (const auto& [r, t] : list)
+    if (r == rank) return t;
+  return -1;
+}
+
+// The direct all-reduce (every rank on this host) notes when each peer's input was first seen
+// ready. Rank 2 enters every second operation kDelayUs late (LOOM_INJECT_DELAY): in those, the
+// records of ranks 0 and 1 show rank 2's first data at least its entry time and about kDelayUs
+// after their own entry; in the others, far sooner.
+void directFirstArrivals(size_t count, const char* proto) {
+  constexpr int kOps = 12, kDelayUs = 40000;
+  TempDir tmp;
+  const std::string& dir = tmp.path;
+  LaunchOptions opts;
+  opts.nranks = 3;
+  opts.env.push_back({"LOOM_INJECT_DELAY", "2:" + std::to_string(kDelayUs) + ":2"});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    std::vector<float> x(count, 1.0f), y(count);
+    for (int i = 0; i < kOps; ++i)
+      if (loomAllReduce(x.data(), y.data(), count, loomFloat32, loomSum, ctx.comm, nullptr) !=
+              loomSuccess ||
+          y[count - 1] != 3.0f)
+        return 1;
+    const std::string path = dir + "/direct-rank" + std::to_string(ctx.rank) + ".json";
+    if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 2;
+    if (ctx.rank == 2) return 0;
+    const std::vector<DumpedOp> ops = dumpedOps(readFile(path));
+    if (ops.size() != static_cast<size_t>(kOps)) return 3;
+    std::vector<double> lateUs, onTimeUs;  // rank 2's first data after this rank's entry
+    for (const DumpedOp& op : ops) {
+      if (op.proto != proto || op.first.size() != 2) {
+        fprintf(stderr, "rank %d seq %llu: proto %s, %zu first arrivals\n", ctx.rank,
+                static_cast<unsigned long long>(op.seq), op.proto.c_str(), op.first.size());
+        return 4;
+      }
+      for (const auto& [peer, t] : op.first)
+        if (peer == ctx.rank || t < op.enterNs) return 5;  // seen before this rank looked
+      const int64_t first2 = timeOf(op.first, 2);
+      if (first2 < 0) return 6;
+      // Ranks of one host share the clock: data cannot be seen before its sender entered.
+      const int64_t enter2 = timeOf(op.arrivals, 2);
+      if (enter2 >= 0 && first2 < enter2) {
+        fprintf(stderr, "rank %d seq %llu: rank 2's data at %lld before its entry at %lld\n",
+                ctx.rank, static_cast<unsigned long long>(op.seq),
+                static_cast<long long>(first2), static_cast<long long>(enter2));
+        return 7;
+      }
+      (op.seq % 2 == 0 ? lateUs : onTimeUs).push_back((first2 - op.enterNs) / 1e3);
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double late = median(lateUs), onTime = median(onTimeUs);
+    fprintf(stderr, "rank %d: rank 2's first data after entry: median %.0f us when late, %.0f us"
+            " otherwise\n", ctx.rank, late, onTime);
+    // The median, so that one stretched sleep or wake-up on a busy machine does not decide.
+    if (late < kDelayUs * 0.8 || late > kDelayUs * 5) return 8;
+    if (onTime > kDelayUs / 2) return 9;
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+TEST(Straggler, DirectFirstArrivalsLowLatency) { directFirstArrivals(4, "LL"); }
+TEST(Straggler, DirectFirstArrivalsSlices) { directFirstArrivals(300000, "slices"); }
 
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
 TEST(Straggler, Sigusr1DumpsTheTrace) {

@@ -9,7 +9,11 @@
 #     and rank 2's last completed operation; again on the ring schedule, where it also names
 #     the step;
 #  3. rank 1 calls a broadcast where the others call an all-reduce: a mismatch
-#     at seq 3 (exit 4).
+#     at seq 3 (exit 4);
+#  4. the direct all-reduce with rank 2 entering every second of 20 operations 20 ms late
+#     (LOOM_INJECT_DELAY): the data table has every sender's first data at both receivers in
+#     every operation, rank 2 holds the others' longest waits with at least 10 x 2 x 16 ms
+#     waited on it, and its data, less its lateness, is not mistaken for a slow link.
 #   trace_e2e_test.sh TRACE_RANKS_BINARY LOOM_TRACE_BINARY
 set -u
 ranks=$1
@@ -96,5 +100,21 @@ run mismatch 3
 [ "$rc" -eq 4 ] || fail "mismatch: exit $rc, expected 4"
 grep -qF "mismatch at seq 3: ranks {0,2} allreduce count 256 fp32 sum, rank 1 broadcast count 256 fp32 root 0" \
   "$work/mismatch.txt" || fail "mismatch: not reported at seq 3"
+
+# 4. First arrivals on the direct path.
+run direct 3
+[ "$rc" -eq 0 ] || fail "direct: exit $rc, expected 0"
+grep -qF '"algorithm":"direct"' "$work/direct/"*rank0*.json || fail "direct: not the direct path"
+senders=$(awk '/^  rank arrivals/ { on = 1; next } on && NF == 7 && $2 == 40 { n++ }
+               /^  slowest data/ { on = 0 } END { print n + 0 }' "$work/direct.txt")
+[ "$senders" -eq 3 ] || fail "direct: $senders senders with 2 x 20 first arrivals, expected 3"
+read -r rank arrivals mean p99 max waits waited < <(awk '/^  rank arrivals/ { on = 1; next }
+  on && NF == 7 && $1 == 2 { print; exit }' "$work/direct.txt")
+[ "${rank:-}" = 2 ] || fail "direct: rank 2 missing from the data table"
+[ "${waits:-0}" -ge 20 ] || fail "direct: ${waits:-0} longest waits on rank 2, expected at least 20"
+awk -v w="${waited:-0}" 'BEGIN { exit !(w >= 0.8 * 20 * 20000) }' ||
+  fail "direct: ${waited:-?} us waited on rank 2, expected at least 320000"
+awk -v m="${mean:-99999}" 'BEGIN { exit !(m < 10000) }' ||
+  fail "direct: rank 2's data delay ${mean:-?} us: its lateness taken for a slow link"
 
 finish

@@ -8,6 +8,9 @@
 //                                      schedule path)
 //   loom_trace_ranks mismatch N DIR    5 operations; at the 3rd, rank 1 calls a broadcast
 //                                      where the others call an all-reduce
+//   loom_trace_ranks direct N DIR      20 all-reduces on the direct path (ranks of one host);
+//                                      LOOM_INJECT_DELAY=2:20000:2 makes rank 2 enter every
+//                                      second one 20 ms late
 //
 // Every rank dumps with loomCommDumpTrace into DIR (LOOM_TRACE_DIR, which also
 // makes a timeout and loomCommDestroy dump). LOOM_TIMEOUT_MS defaults to 2000
@@ -33,6 +36,7 @@ namespace {
 constexpr int kStragglerOps = 40, kStragglerRank = 2, kStragglerEvery = 5, kStragglerMs = 20;
 constexpr int kSkipOps = 6, kSkipIndex = 3;
 constexpr int kMismatchOps = 5, kMismatchIndex = 2;
+constexpr int kDirectOps = 20;
 constexpr size_t kCount = 256;
 
 struct Shared {
@@ -100,6 +104,15 @@ int mismatch(loomComm_t comm, int rank) {
   return 0;
 }
 
+int direct(loomComm_t comm, int rank) {
+  for (int i = 0; i < kDirectOps; ++i)
+    if (allReduce(comm) != loomSuccess) {
+      fprintf(stderr, "rank %d: all-reduce %d: %s\n", rank, i, loomGetLastError(comm));
+      return 40;
+    }
+  return 0;
+}
+
 int runRank(const std::string& mode, int rank, int nranks, const loomUniqueId& id, Shared* shared) {
   loomComm_t comm = nullptr;
   if (loomCommInitRank(&comm, nranks, id, rank) != loomSuccess) {
@@ -110,6 +123,7 @@ int runRank(const std::string& mode, int rank, int nranks, const loomUniqueId& i
   if (mode == "straggler") code = straggler(comm, rank);
   if (mode == "skip") code = skip(comm, rank, nranks);
   if (mode == "mismatch") code = mismatch(comm, rank);
+  if (mode == "direct") code = direct(comm, rank);
   shared->finished.fetch_add(1);
   // The skipping rank stays alive until the others have timed out, so theirs
   // is a timeout and not a peer that exited.
@@ -129,20 +143,21 @@ int runRank(const std::string& mode, int rank, int nranks, const loomUniqueId& i
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: %s straggler|skip|mismatch NRANKS DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s straggler|skip|mismatch|direct NRANKS DIR\n", argv[0]);
     return 1;
   }
   const std::string mode = argv[1];
   const int nranks = std::atoi(argv[2]);
-  if ((mode != "straggler" && mode != "skip" && mode != "mismatch") || nranks < 2 ||
-      (mode == "straggler" && nranks <= kStragglerRank)) {
+  if ((mode != "straggler" && mode != "skip" && mode != "mismatch" && mode != "direct") ||
+      nranks < 2 || ((mode == "straggler" || mode == "direct") && nranks <= kStragglerRank)) {
     fprintf(stderr, "bad mode or rank count\n");
     return 1;
   }
   // Loom reads its variables once, at the first call; the forked ranks inherit them.
   setenv("LOOM_TRACE_DIR", argv[3], 1);
   setenv("LOOM_SOCKET_IFNAME", "lo", 0);
-  if (mode != "straggler") setenv("LOOM_TIMEOUT_MS", "2000", 0);
+  if (mode == "skip" || mode == "mismatch") setenv("LOOM_TIMEOUT_MS", "2000", 0);
+  if (mode == "direct") setenv("LOOM_INJECT_DELAY", "2:20000:2", 1);
   auto* shared = static_cast<Shared*>(
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (shared == MAP_FAILED) return 1;
