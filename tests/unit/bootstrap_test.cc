@@ -355,6 +355,136 @@ void expectRefusedReplay(const ReplayOutcome& r, const char* where,
   EXPECT_NE(parse32(bytesOf(r.got), challengeMagic), nullptr) << where;
 }
 
+// ---- Ids, joins, the ring's collectives ----
+
+TEST(UniqueIdTest, RoundTrips) {
+  IdContents c;
+  c.root.sin_family = AF_INET;
+  c.root.sin_addr.s_addr = htonl(0x0a000001);
+  c.root.sin_port = htons(4242);
+  c.secret = std::string(kSecretBytes, 'x');
+  c.secret[3] = '\0';
+  c.rootOnRank0 = true;
+  loomUniqueId id;
+  encodeUniqueId(c, &id);
+  auto parsed = parseUniqueId(id);
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  EXPECT_EQ(net::toString(parsed.value().root), "10.0.0.1:4242");
+  EXPECT_EQ(parsed.value().secret, c.secret);
+  EXPECT_TRUE(parsed.value().rootOnRank0);
+}
+
+TEST(UniqueIdTest, EveryCorruptedByteIsRejected) {
+  IdContents c;
+  c.root.sin_family = AF_INET;
+  c.root.sin_addr.s_addr = htonl(0x7f000001);
+  c.root.sin_port = htons(1234);
+  for (size_t i = 0; i < kSecretBytes; ++i) c.secret.push_back(static_cast<char>(i * 37 + 5));
+  loomUniqueId good;
+  encodeUniqueId(c, &good);
+  ASSERT_TRUE(parseUniqueId(good).isOk());
+  for (int i = 0; i < LOOM_UNIQUE_ID_BYTES; ++i) {
+    for (unsigned flip : {0x01u, 0x80u, 0xffu}) {
+      loomUniqueId bad = good;
+      bad.internal[i] = static_cast<char>(bad.internal[i] ^ flip);
+      auto parsed = parseUniqueId(bad);
+      ASSERT_FALSE(parsed.isOk()) << "byte " << i << " flip " << flip;
+      EXPECT_EQ(parsed.status().code(), loomInvalidArgument);
+      EXPECT_EQ(parsed.status().message().rfind("commId: ", 0), 0u) << parsed.status().message();
+    }
+  }
+}
+
+TEST(UniqueIdTest, JoinRejectsACorruptedId) {
+  loomUniqueId id = freshId(2000);
+  for (int i : {0, 9, 20, 127}) {
+    loomUniqueId bad = id;
+    bad.internal[i] ^= 0x10;
+    Joined j = joinOne(bad, 0, 1, 1000);
+    EXPECT_EQ(j.status.code(), loomInvalidArgument) << "byte " << i;
+    EXPECT_EQ(j.status.message().rfind("commId: ", 0), 0u) << j.status.message();
+  }
+  Joined j = joinOne(id, 0, 1);  // the intact id still works, and ends its root
+  EXPECT_TRUE(j.status.isOk()) << j.status.message();
+}
+
+TEST(BootstrapTest, JoinsOneRank) {
+  loomUniqueId id;
+  // The public maker, unless LOOM_COMM_ID asks for a root that rank 0 hosts.
+  Status made = env::commId().empty() ? makeUniqueId(&id) : makeLocalUniqueId(&id);
+  ASSERT_TRUE(made.isOk()) << made.message();
+  Joined j = joinOne(id, 0, 1);
+  ASSERT_TRUE(j.status.isOk()) << j.status.message();
+  Bootstrap& b = *j.boot;
+  EXPECT_EQ(b.rank(), 0);
+  EXPECT_EQ(b.nranks(), 1);
+  ASSERT_EQ(b.peerInfo().size(), 1u);
+  EXPECT_EQ(b.peerInfo()[0], infoFor(0));
+  EXPECT_EQ(b.secret().size(), kSecretBytes);
+  char mine = 7, all = 0;
+  EXPECT_TRUE(b.allGather(&mine, &all, 1).isOk());
+  EXPECT_EQ(all, 7);
+  EXPECT_TRUE(b.barrier().isOk());
+}
+
+class BootstrapRanksTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(BootstrapRanksTest, JoinsGathersAndSynchronises) {
+  const int n = GetParam();
+  loomUniqueId id = freshId();
+  std::vector<Joined> ranks = joinAll(id, n);
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].status.isOk()) << ranks[r].status.message();
+  for (int r = 0; r < n; ++r) {
+    Bootstrap& b = *ranks[r].boot;
+    EXPECT_EQ(b.rank(), r);
+    EXPECT_EQ(b.nranks(), n);
+    ASSERT_EQ(b.peerInfo().size(), static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) EXPECT_EQ(b.peerInfo()[p], infoFor(p)) << "rank " << r;
+    EXPECT_EQ(b.secret(), ranks[0].boot->secret());
+    EXPECT_EQ(b.commHash(), ranks[0].boot->commHash());
+  }
+
+  // One byte per rank.
+  std::vector<std::vector<unsigned char>> small(n, std::vector<unsigned char>(n));
+  auto st = onEveryRank(ranks, [&](Bootstrap& b) {
+    unsigned char mine = static_cast<unsigned char>(3 * b.rank() + 1);
+    return b.allGather(&mine, small[b.rank()].data(), 1);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].isOk()) << st[r].message();
+    for (int p = 0; p < n; ++p) EXPECT_EQ(small[r][p], 3 * p + 1);
+  }
+
+  // 4 MiB per rank: every step sends and receives a whole block at once.
+  const size_t big = 4u << 20;
+  auto pattern = [](int rank, size_t i) {
+    return static_cast<char>(rank * 131 + i * 29 + i / 4096);
+  };
+  std::vector<std::vector<char>> all(n, std::vector<char>(big * n));
+  st = onEveryRank(ranks, [&](Bootstrap& b) {
+    std::vector<char> mine(big);
+    for (size_t i = 0; i < big; ++i) mine[i] = pattern(b.rank(), i);
+    return b.allGather(mine.data(), all[b.rank()].data(), big);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].isOk()) << st[r].message();
+    for (int p = 0; p < n; ++p) {
+      for (size_t i = 0; i < big; i += 997) {
+        ASSERT_EQ(all[r][p * big + i], pattern(p, i)) << "rank " << r << " block " << p;
+      }
+      ASSERT_EQ(all[r][p * big + big - 1], pattern(p, big - 1));
+    }
+  }
+
+  st = onEveryRank(ranks, [](Bootstrap& b) {
+    for (int i = 0; i < 3; ++i) LOOM_CHECK(b.barrier());
+    return b.allGather(nullptr, nullptr, 0);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].isOk()) << st[r].message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapRanksTest, ::testing::Values(2, 5));
+
 // ---- The MAC helper ----
 
 std::string unhex(const char* hex) {
