@@ -26,7 +26,7 @@ cmake --build "$build" --target loom_fuzz -j "$jobs" >"$build/fuzz-build.log" 2>
   exit 2
 }
 
-all=(unique_id peer_info bootstrap_root bootstrap_reply tcp_frame topology_xml trace_dump)
+all=(unique_id peer_info bootstrap_root bootstrap_reply tcp_handshake tcp_frame topology_xml trace_dump)
 targets=(${LOOM_FUZZ_TARGETS:-${all[@]}})
 mkdir -p "$build/artifacts" "$build/logs"
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"

@@ -52,7 +52,10 @@ class Ring final : public Bootstrap {
     tcp::socket sock;
     asio::steady_timer timer;
     std::string remote;
+    auth::Nonce nonce{};  // this connection's challenge
+    std::string challenge;
     unsigned char hello[kRingHelloBytes] = {};
+    std::string answer;
     bool open = true;
   };
   using IncomingPtr = std::shared_ptr<Incoming>;
@@ -60,8 +63,10 @@ class Ring final : public Bootstrap {
   struct Linker {
     explicit Linker(asio::io_context& io) : retry(io) {}
     asio::steady_timer retry;
+    unsigned char challenge[kChallengeBytes] = {};  // next's
+    auth::Nonce nonce{};                            // ours, answering it
     std::string hello;
-    unsigned char ack[4] = {};
+    unsigned char ack[kChallengeBytes] = {};
     bool nextDone = false, prevClaimed = false, prevDone = false, stopping = false;
     Status failure;
     std::vector<IncomingPtr> incoming;
@@ -82,7 +87,9 @@ class Ring final : public Bootstrap {
   Status linkRing(const Limits& lim);
   void connectNext(Linker& lk, const Limits& lim);
   void acceptPrev(Linker& lk, const Limits& lim);
+  void sayHelloToNext(Linker& lk);
   void onRingHello(Linker& lk, const IncomingPtr& in);
+  void closeIncoming(const IncomingPtr& in, const std::string& why);
   Status peerError(int peer, const error_code& ec, const std::string& during) const;
   Status fail(Status s);
   void closeRing();
@@ -119,7 +126,7 @@ Status Ring::openListener() {
   }
   ringAddr_ = fromEndpoint(listener_.local_endpoint(ec));
   RingListenHook hook = gRingListenHook.load();
-  if (hook != nullptr) hook(rank_, ringAddr_);
+  if (hook != nullptr) hook(rank_, &ringAddr_);
   return Status::ok();
 }
 
@@ -170,15 +177,22 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   tcp::socket root(io_);
   LOOM_CHECK(connectRetry(root, id_.root, where, lim));
 
-  std::string hello;
-  put32(hello, kHelloMagic);
-  hello += id_.secret;
-  put32(hello, static_cast<uint32_t>(rank_));
-  put32(hello, static_cast<uint32_t>(nranks_));
-  putAddr(hello, ringAddr_);
-  put32(hello, static_cast<uint32_t>(info.size()));
-  hello += info;
+  // The root speaks first: its challenge. Then this rank's hello, with its MAC.
+  unsigned char challenge[kChallengeBytes];
   error_code ec;
+  LOOM_CHECK(await(
+      root, [&](Done d) { asio::async_read(root, asio::buffer(challenge), d); }, lim,
+      [&] { return "waiting for the challenge of " + where; }, &ec));
+  const unsigned char* rootNonce = ec ? nullptr : parse32(challenge, kChallengeMagic);
+  if (rootNonce == nullptr) {
+    return LOOM_ERROR(loomRemoteError,
+                      "bootstrap: " + where + " did not open with a Loom challenge (" +
+                          (ec ? ec.message() : std::string("bad magic")) + "); is it a Loom root?");
+  }
+  LOOM_ASSIGN(auth::Nonce nonce, auth::freshNonce());
+  const std::string fields = rootFields(rank_, nranks_, ringAddr_, info);
+  LOOM_ASSIGN(std::string hello, helloFrame(kHelloMagic, kRootContext, id_.secret, rootNonce,
+                                            nonce, fields, fields));
   LOOM_CHECK(await(
       root, [&](Done d) { asio::async_write(root, asio::buffer(hello), d); }, lim,
       [&] { return "sending its hello to " + where; }, &ec));
@@ -186,7 +200,13 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   auto waiting = [&] {
     return "waiting for the table from " + where + " (has every rank joined?)";
   };
+  // The root's proof comes with its reply, once every rank has joined.
+  unsigned char proof[kChallengeBytes];
   unsigned char header[kReplyHeaderBytes];
+  if (!ec) {
+    LOOM_CHECK(await(
+        root, [&](Done d) { asio::async_read(root, asio::buffer(proof), d); }, lim, waiting, &ec));
+  }
   if (!ec) {
     LOOM_CHECK(await(
         root, [&](Done d) { asio::async_read(root, asio::buffer(header), d); }, lim, waiting, &ec));
@@ -195,7 +215,16 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
     return LOOM_ERROR(loomRemoteError,
                       "bootstrap: " + where + " closed the connection of rank " +
                           std::to_string(rank_) + " (" + ec.message() +
-                          "); was the id used up already, or did the root time out?");
+                          "); was the id used up already, did the root time out, or does it "
+                          "hold another secret?");
+  }
+  const unsigned char* rootMac = parse32(proof, kProofMagic);
+  if (rootMac == nullptr || !macMatches(rootMac, kRootContext, auth::Side::Acceptor, id_.secret,
+                                        rootNonce, nonce.data(), fields)) {
+    return LOOM_ERROR(loomRemoteError,
+                      "bootstrap: " + where + " did not prove that it holds the id's secret " +
+                          "(rank " + std::to_string(rank_) +
+                          " refuses it: a stranger listening at the root's address?)");
   }
   uint32_t magic = get32(header), a = get32(header + 4), len = get32(header + 8);
   size_t limit = 0;
@@ -269,25 +298,63 @@ void Ring::connectNext(Linker& lk, const Limits& lim) {
     }
     error_code ignored;
     next_.set_option(tcp::no_delay(true), ignored);
-    asio::async_write(next_, asio::buffer(lk.hello), [this, &lk](const error_code& e, size_t) {
+    asio::async_read(next_, asio::buffer(lk.challenge), [this, &lk](const error_code& e, size_t) {
       if (lk.stopping) return;
       if (e) {
-        lk.failure = peerError(next(), e, "linking the ring");
+        lk.failure = peerError(next(), e, "waiting for its ring challenge");
         return;
       }
-      asio::async_read(next_, asio::buffer(lk.ack), [this, &lk](const error_code& e2, size_t) {
-        if (lk.stopping) return;
-        if (e2) {
-          lk.failure = peerError(next(), e2, "linking the ring; did it refuse this rank?");
-        } else if (get32(lk.ack) != kRingAckMagic) {
-          lk.failure = LOOM_ERROR(loomRemoteError, "bootstrap: the ring listener of rank " +
-                                                       std::to_string(next()) + " answered rank " +
+      sayHelloToNext(lk);
+    });
+  });
+}
+
+// Answers next's challenge with this rank's hello, then checks next's MAC.
+void Ring::sayHelloToNext(Linker& lk) {
+  const std::string who = "the ring listener of rank " + std::to_string(next()) + " at " +
+                          net::toString(ringAddrs_[next()]);
+  const unsigned char* theirs = parse32(lk.challenge, kChallengeMagic);
+  Result<auth::Nonce> nonce = auth::freshNonce();
+  if (theirs == nullptr || !nonce.isOk()) {
+    lk.failure = theirs == nullptr
+                     ? LOOM_ERROR(loomRemoteError, "bootstrap: " + who + " answered rank " +
                                                        std::to_string(rank_) +
-                                                       " with something other than Loom");
-        } else {
-          lk.nextDone = true;
-        }
-      });
+                                                       " with something other than Loom")
+                     : nonce.status();
+    return;
+  }
+  lk.nonce = nonce.value();
+  std::string wire;
+  put32(wire, static_cast<uint32_t>(rank_));
+  Result<std::string> hello = helloFrame(kRingMagic, kRingContext, id_.secret, theirs, lk.nonce,
+                                         ringFields(rank_, next(), nranks_), wire);
+  if (!hello.isOk()) {
+    lk.failure = hello.status();
+    return;
+  }
+  lk.hello = hello.take();
+  asio::async_write(next_, asio::buffer(lk.hello), [this, &lk, who](const error_code& e, size_t) {
+    if (lk.stopping) return;
+    if (e) {
+      lk.failure = peerError(next(), e, "linking the ring");
+      return;
+    }
+    asio::async_read(next_, asio::buffer(lk.ack), [this, &lk, who](const error_code& e2, size_t) {
+      if (lk.stopping) return;
+      const unsigned char* mac = parse32(lk.ack, kRingAckMagic);
+      if (e2) {
+        lk.failure = peerError(next(), e2, "linking the ring; did it refuse this rank?");
+      } else if (mac == nullptr ||
+                 !macMatches(mac, kRingContext, auth::Side::Acceptor, id_.secret,
+                             parse32(lk.challenge, kChallengeMagic), lk.nonce.data(),
+                             ringFields(rank_, next(), nranks_))) {
+        lk.failure = LOOM_ERROR(loomRemoteError,
+                                "bootstrap: " + who + " did not prove that it holds the id's " +
+                                    "secret; rank " + std::to_string(rank_) +
+                                    " refuses it (a stranger listening at that address?)");
+      } else {
+        lk.nextDone = true;
+      }
     });
   });
 }
@@ -310,54 +377,69 @@ void Ring::acceptPrev(Linker& lk, const Limits& lim) {
     in->timer.expires_after(limit);
     in->timer.async_wait([this, in, limit](const error_code& e) {
       if (e || !in->open) return;
-      LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: no complete hello within %s",
-                rank_, in->remote.c_str(), msString(limit).c_str());
-      in->open = false;
-      error_code ignored;
-      in->sock.close(ignored);
+      closeIncoming(in, "no complete hello within " + msString(limit));
     });
-    asio::async_read(
-        in->sock, asio::buffer(in->hello), [this, &lk, in](const error_code& e, size_t) {
-          if (lk.stopping || !in->open) return;
-          if (e) {
-            LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: %s", rank_,
-                      in->remote.c_str(),
-                      peerClosed(e) ? "closed before a complete hello" : e.message().c_str());
-            in->open = false;
-            in->timer.cancel();
-            error_code ignored;
-            in->sock.close(ignored);
-            return;
-          }
-          onRingHello(lk, in);
-        });
+    Result<auth::Nonce> nonce = auth::freshNonce();
+    if (!nonce.isOk()) {
+      closeIncoming(in, nonce.status().message());
+    } else {
+      in->nonce = nonce.value();
+      in->challenge = frame32(kChallengeMagic, in->nonce.data());
+      // The hello is read once the challenge is out: one write in flight at a time.
+      asio::async_write(
+          in->sock, asio::buffer(in->challenge), [this, &lk, in](const error_code& e, size_t) {
+            if (lk.stopping || !in->open) return;
+            if (e) return closeIncoming(in, "closed before its challenge was sent");
+            asio::async_read(in->sock, asio::buffer(in->hello),
+                             [this, &lk, in](const error_code& e2, size_t) {
+                               if (lk.stopping || !in->open) return;
+                               if (e2) {
+                                 return closeIncoming(in, peerClosed(e2)
+                                                              ? "closed before a complete hello"
+                                                              : e2.message());
+                               }
+                               onRingHello(lk, in);
+                             });
+          });
+    }
     acceptPrev(lk, lim);
   });
 }
 
-void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
-  std::string why;
-  int claimed = static_cast<int32_t>(get32(in->hello + 36));
-  if (get32(in->hello) != kRingMagic) {
-    why = "not a Loom ring hello (bad magic)";
-  } else if (!sameSecret(in->hello + 4, id_.secret)) {
-    why = "wrong secret";
-  } else if (claimed != prev()) {
-    why = "it claims rank " + std::to_string(claimed) + ", expected rank " + std::to_string(prev());
-  } else if (lk.prevClaimed) {
-    why = "rank " + std::to_string(prev()) + " is already connected";
-  }
+void Ring::closeIncoming(const IncomingPtr& in, const std::string& why) {
+  LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: %s", rank_, in->remote.c_str(),
+            why.c_str());
+  in->open = false;
   in->timer.cancel();
-  if (!why.empty()) {
-    LOOM_WARN(kBootstrap, "rank %d: closed ring connection from %s: %s", rank_, in->remote.c_str(),
-              why.c_str());
-    in->open = false;
-    error_code ignored;
-    in->sock.close(ignored);
-    return;
+  error_code ignored;
+  in->sock.close(ignored);
+}
+
+void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
+  const unsigned char* h = in->hello;
+  int claimed = static_cast<int32_t>(get32(h + kOffFields));
+  const std::string fields = ringFields(claimed, rank_, nranks_);
+  if (get32(h) != kRingMagic) {
+    return closeIncoming(in, "not a Loom ring hello (bad magic)");
   }
+  if (!macMatches(h + kOffMac, kRingContext, auth::Side::Connector, id_.secret, in->nonce.data(),
+                  h + kOffNonce, fields)) {
+    return closeIncoming(in, "its MAC does not match (wrong secret, or a replayed hello)");
+  }
+  if (claimed != prev()) {
+    return closeIncoming(in, "it claims rank " + std::to_string(claimed) + ", expected rank " +
+                                 std::to_string(prev()));
+  }
+  if (lk.prevClaimed) {
+    return closeIncoming(in, "rank " + std::to_string(prev()) + " is already connected");
+  }
+  Result<auth::Mac> mine = auth::handshakeMac(id_.secret, kRingContext, auth::Side::Acceptor,
+                                              in->nonce.data(), h + kOffNonce, fields);
+  if (!mine.isOk()) return closeIncoming(in, mine.status().message());
+  in->timer.cancel();
   lk.prevClaimed = true;
-  asio::async_write(in->sock, asio::buffer(kRingAck), [this, &lk, in](const error_code& e, size_t) {
+  in->answer = frame32(kRingAckMagic, mine.value().data());
+  asio::async_write(in->sock, asio::buffer(in->answer), [this, &lk, in](const error_code& e, size_t) {
     if (lk.stopping || !in->open) return;
     if (e) {
       lk.failure = peerError(prev(), e, "linking the ring");
@@ -373,9 +455,6 @@ void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
 
 Status Ring::linkRing(const Limits& lim) {
   Linker lk(io_);
-  put32(lk.hello, kRingMagic);
-  lk.hello += id_.secret;
-  put32(lk.hello, static_cast<uint32_t>(rank_));
   connectNext(lk, lim);
   acceptPrev(lk, lim);
   Status s = waitFor(

@@ -2,14 +2,16 @@
 //
 // A unique id (unique_id.h) names a root: a TCP listener (Boost.Asio) run by a
 // background thread of the process that made the id, or by rank 0 when
-// LOOM_COMM_ID=host:port is set. Every rank connects to the root, presents the
-// id's secret, its rank and an opaque info blob; once all nranks have joined,
-// the root sends every rank the table of all blobs and its thread ends.
-// Connections that do not present the secret (strangers, garbage, half frames,
-// oversized length fields) are closed and logged; the rendezvous goes on.
+// LOOM_COMM_ID=host:port is set. Every rank connects to the root, answers its
+// challenge with its rank, an opaque info blob and a MAC that proves it holds
+// the id's secret (util/auth.h; the secret itself never travels), and checks
+// the root's own MAC; once all nranks have joined, the root sends every rank
+// the table of all blobs and its thread ends. Connections that cannot prove
+// the secret (strangers, replays, garbage, half frames, oversized length
+// fields) are closed and logged; the rendezvous goes on.
 //
 // The ranks then link into a ring of TCP connections (each rank connects to
-// rank+1 and accepts rank-1, both presenting the secret), over which
+// rank+1 and accepts rank-1, with the same challenge-response), over which
 // allGather() and barrier() run for the communicator's lifetime.
 //
 // Thread safety: one thread uses a Bootstrap at a time. Every wait honours the

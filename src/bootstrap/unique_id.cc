@@ -1,11 +1,10 @@
 #include "bootstrap/unique_id.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -64,34 +63,6 @@ uint64_t getLe(const unsigned char* p, size_t bytes) {
   return v;
 }
 
-Status randomBytes(void* out, size_t n) {
-  auto* p = static_cast<unsigned char*>(out);
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = getrandom(p + got, n - got, 0);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-    } else if (r < 0 && errno != EINTR) {
-      break;
-    }
-  }
-  if (got == n) return Status::ok();
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return LOOM_ERROR(loomSystemError, "commId: cannot read /dev/urandom");
-  got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, p + got, n - got);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-    } else if (r == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  close(fd);
-  if (got != n) return LOOM_ERROR(loomSystemError, "commId: short read from /dev/urandom");
-  return Status::ok();
-}
-
 // A LOOM_COMM_ID secret must be the same in every process, so it is derived
 // from text the processes share rather than drawn at random.
 std::string deriveSecret(const std::string& text) {
@@ -138,8 +109,11 @@ class Root {
     tcp::socket sock;
     asio::steady_timer timer;
     std::string remote;
+    auth::Nonce nonce{};  // this connection's challenge
+    std::string challenge;
     unsigned char hello[kHelloBytes] = {};
     std::string info;
+    std::string proof;  // the root's MAC frame, once the rank's MAC has been checked
     int rank = -1;
     int nranks = 0;
     bool open = true;
@@ -149,8 +123,11 @@ class Root {
 
   void accept();
   void start(tcp::socket sock);
+  void readHello(const ConnPtr& c);
   void onHello(const ConnPtr& c);
   void onInfo(const ConnPtr& c);
+  // Checks the hello's MAC; true (and c->proof made) if the rank holds the secret.
+  bool authenticate(Conn& c);
   // Why an authenticated hello cannot be taken ("" if it can), and the code to refuse with.
   std::string check(const Conn& c, loomResult_t* code) const;
   void close(Conn& c);
@@ -270,6 +247,19 @@ void Root::start(tcp::socket sock) {
     if (ec || !c->open || c->heard) return;
     drop(c, "no complete hello within " + msString(limit));
   });
+  Result<auth::Nonce> nonce = auth::freshNonce();
+  if (!nonce.isOk()) return drop(c, nonce.status().message());
+  c->nonce = nonce.value();
+  c->challenge = frame32(kChallengeMagic, c->nonce.data());
+  // The hello is read once the challenge is out, so the only write in flight is ever one.
+  asio::async_write(c->sock, asio::buffer(c->challenge), [this, c](const error_code& ec, size_t) {
+    if (stopping_ || !c->open) return;
+    if (ec) return drop(c, peerClosed(ec) ? "closed before its challenge was sent" : ec.message());
+    readHello(c);
+  });
+}
+
+void Root::readHello(const ConnPtr& c) {
   asio::async_read(c->sock, asio::buffer(c->hello), [this, c](const error_code& ec, size_t) {
     if (stopping_ || !c->open) return;
     if (ec) {
@@ -283,18 +273,11 @@ void Root::start(tcp::socket sock) {
 void Root::onHello(const ConnPtr& c) {
   const unsigned char* h = c->hello;
   if (get32(h) != kHelloMagic) return drop(c, "not a Loom hello (bad magic)");
-  if (!sameSecret(h + 4, secret_)) return drop(c, "wrong secret (a rank of another communicator?)");
-  c->rank = static_cast<int32_t>(get32(h + 36));
-  c->nranks = static_cast<int32_t>(get32(h + 40));
-  uint32_t infoLen = get32(h + 52);
-  if (infoLen > kMaxInfoBytes) {
-    return refuse(c, loomInvalidArgument,
-                  "info of " + std::to_string(infoLen) + " bytes is over the limit of " +
-                      std::to_string(kMaxInfoBytes));
+  uint32_t infoLen = get32(h + kOffFields + 16);
+  if (infoLen > kMaxInfoBytes) {  // a rank never sends this (join checks it): not worth a word
+    return drop(c, "it announces info of " + std::to_string(infoLen) +
+                       " bytes, over the limit of " + std::to_string(kMaxInfoBytes));
   }
-  loomResult_t code = loomSuccess;
-  std::string why = check(*c, &code);
-  if (!why.empty()) return refuse(c, code, why);
   c->info.resize(infoLen);
   if (infoLen == 0) return onInfo(c);
   asio::async_read(c->sock, asio::buffer(&c->info[0], infoLen),
@@ -303,6 +286,24 @@ void Root::onHello(const ConnPtr& c) {
                      if (ec) return drop(c, "closed before sending all of its info");
                      onInfo(c);
                    });
+}
+
+bool Root::authenticate(Conn& c) {
+  if (!c.proof.empty()) return true;
+  const unsigned char* h = c.hello;
+  std::string fields(reinterpret_cast<const char*>(h + kOffFields), kHelloBytes - kOffFields);
+  fields += c.info;
+  if (!macMatches(h + kOffMac, kRootContext, auth::Side::Connector, secret_, c.nonce.data(),
+                  h + kOffNonce, fields)) {
+    return false;
+  }
+  Result<auth::Mac> mine = auth::handshakeMac(secret_, kRootContext, auth::Side::Acceptor,
+                                              c.nonce.data(), h + kOffNonce, fields);
+  if (!mine.isOk()) return false;
+  c.proof = frame32(kProofMagic, mine.value().data());
+  c.rank = static_cast<int32_t>(get32(h + kOffFields));
+  c.nranks = static_cast<int32_t>(get32(h + kOffFields + 4));
+  return true;
 }
 
 std::string Root::check(const Conn& c, loomResult_t* code) const {
@@ -332,8 +333,12 @@ std::string Root::check(const Conn& c, loomResult_t* code) const {
 }
 
 void Root::onInfo(const ConnPtr& c) {
+  if (!authenticate(*c)) {
+    return drop(c, "its MAC does not match (a rank of another communicator, a stranger, or a "
+                   "replayed hello)");
+  }
   loomResult_t code = loomSuccess;
-  std::string why = check(*c, &code);  // again: another hello may have been taken meanwhile
+  std::string why = check(*c, &code);
   if (!why.empty()) return refuse(c, code, why);
   c->heard = true;
   c->timer.cancel();
@@ -376,7 +381,8 @@ void Root::refuse(const ConnPtr& c, loomResult_t code, const std::string& why, b
   put32(*msg, static_cast<uint32_t>(text.size()));
   *msg += text;
   ++writesLeft_;
-  asio::async_write(c->sock, asio::buffer(*msg), [this, c, msg](const error_code&, size_t) {
+  std::array<asio::const_buffer, 2> bufs = {asio::buffer(c->proof), asio::buffer(*msg)};
+  asio::async_write(c->sock, bufs, [this, c, msg](const error_code&, size_t) {
     --writesLeft_;
     close(*c);
   });
@@ -390,7 +396,7 @@ void Root::sendTables() {
     if (c->open && !c->heard) drop(c, "no complete hello by the time every rank had joined");
   std::string body;
   for (const ConnPtr& c : byRank_) {
-    putAddr(body, getAddr(c->hello + 44));
+    putAddr(body, getAddr(c->hello + kOffFields + 8));
     put32(body, static_cast<uint32_t>(c->info.size()));
     body += c->info;
   }
@@ -401,7 +407,8 @@ void Root::sendTables() {
   *msg += body;
   writesLeft_ += nranks_;
   for (const ConnPtr& c : byRank_) {
-    asio::async_write(c->sock, asio::buffer(*msg), [this, c, msg](const error_code& e, size_t) {
+    std::array<asio::const_buffer, 2> bufs = {asio::buffer(c->proof), asio::buffer(*msg)};
+    asio::async_write(c->sock, bufs, [this, c, msg](const error_code& e, size_t) {
       if (e && !stopping_) {
         LOOM_WARN(kBootstrap,
                   "rendezvous root at %s: could not send the table to rank %d at %s: %s",
@@ -505,7 +512,7 @@ Status makeLocalUniqueId(loomUniqueId* out, int64_t rootTimeoutMs) {
     return LOOM_ERROR(loomInternalError, "bad local address " + local);
   }
   c.secret.assign(kSecretBytes, '\0');
-  LOOM_CHECK(randomBytes(&c.secret[0], kSecretBytes));
+  LOOM_CHECK(auth::randomBytes(&c.secret[0], kSecretBytes));
   LOOM_ASSIGN(int fd, listenOn(want, &c.root));
   encodeUniqueId(c, out);
 

@@ -61,8 +61,10 @@ Status runRoot(int listenFd, const std::string& secret, int64_t timeoutMs,
                const std::atomic<bool>* stop);
 
 // Called by join() on the joining thread with the rank's ring listener address
-// as soon as it listens, before the rank contacts the root (null: none).
-using RingListenHook = void (*)(int rank, const sockaddr_in& addr);
+// as soon as it listens, before the rank contacts the root (null: none). The
+// hook may replace *addr, the address the rank publishes for its ring listener
+// (a test puts a recording proxy, or a fake listener, in front of it).
+using RingListenHook = void (*)(int rank, sockaddr_in* addr);
 void setRingListenHookForTest(RingListenHook hook);
 
 }  // namespace loom::bootstrap

@@ -6,13 +6,22 @@
 // Handlers refer to state that outlives them: after a failure the sockets are
 // closed and the io_context is run dry (drain) before that state goes away.
 //
-// Wire formats (integers little-endian; IPv4 address and port as in sockaddr_in):
-//   hello    rank -> root  magic "LMBH", secret[32], rank, nranks, ring ip[4],
-//                          ring port[2], pad[2], infoLen, info[infoLen]
-//   table    root -> rank  magic "LMBT", nranks, bodyLen, then per rank:
-//                          ip[4], port[2], pad[2], infoLen, info[infoLen]
-//   refusal  root -> rank  magic "LMBX", loomResult_t code, msgLen, msg[msgLen]
-//   ring     rank -> next  magic "LMBR", secret[32], rank; answered by magic "LMBA"
+// Wire formats (integers little-endian; IPv4 address and port as in sockaddr_in). Every
+// connection opens with util/auth.h's challenge-response; the listener speaks first:
+//   challenge  root/ring listener -> connector   magic "LMBC", nonce[32]
+//   hello      rank -> root  magic "LMBH", nonce[32], mac[32], rank, nranks, ring ip[4],
+//                            ring port[2], pad[2], infoLen, info[infoLen]
+//              mac: context "loom/bootstrap/root/1", fields = the hello from rank to the end
+//   proof      root -> rank  magic "LMBP", mac[32] (the acceptor's MAC over the same fields),
+//                            sent in one write with the table or the refusal
+//   table      root -> rank  magic "LMBT", nranks, bodyLen, then per rank:
+//                            ip[4], port[2], pad[2], infoLen, info[infoLen]
+//   refusal    root -> rank  magic "LMBX", loomResult_t code, msgLen, msg[msgLen]
+//   ring       rank -> next  magic "LMBR", nonce[32], mac[32], rank; answered by magic "LMBA",
+//                            mac[32]; context "loom/bootstrap/ring/1", fields = rank, the
+//                            listener's rank, nranks
+// A connection whose hello fails its MAC is closed without a word; the root sends a proof
+// (and then anything) only to a rank whose MAC it checked.
 #pragma once
 
 #include <arpa/inet.h>
@@ -28,6 +37,7 @@
 #include <string>
 
 #include "bootstrap/bootstrap.h"
+#include "util/auth.h"
 #include "util/status.h"
 
 namespace loom::bootstrap {
@@ -37,17 +47,22 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
-constexpr uint32_t kHelloMagic = 0x48424d4cu;    // "LMBH"
-constexpr uint32_t kTableMagic = 0x54424d4cu;    // "LMBT"
-constexpr uint32_t kRefusalMagic = 0x58424d4cu;  // "LMBX"
-constexpr uint32_t kRingMagic = 0x52424d4cu;     // "LMBR"
-constexpr uint32_t kRingAckMagic = 0x41424d4cu;  // "LMBA"
-constexpr unsigned char kRingAck[4] = {kRingAckMagic & 0xff, (kRingAckMagic >> 8) & 0xff,
-                                       (kRingAckMagic >> 16) & 0xff, kRingAckMagic >> 24};
-constexpr size_t kHelloBytes = 56;
+constexpr uint32_t kChallengeMagic = 0x43424d4cu;  // "LMBC"
+constexpr uint32_t kHelloMagic = 0x48424d4cu;      // "LMBH"
+constexpr uint32_t kProofMagic = 0x50424d4cu;      // "LMBP"
+constexpr uint32_t kTableMagic = 0x54424d4cu;      // "LMBT"
+constexpr uint32_t kRefusalMagic = 0x58424d4cu;    // "LMBX"
+constexpr uint32_t kRingMagic = 0x52424d4cu;       // "LMBR"
+constexpr uint32_t kRingAckMagic = 0x41424d4cu;    // "LMBA"
+constexpr char kRootContext[] = "loom/bootstrap/root/1";
+constexpr char kRingContext[] = "loom/bootstrap/ring/1";
+constexpr size_t kChallengeBytes = 4 + auth::kNonceBytes;  // also the proof and the ring answer
+constexpr size_t kOffNonce = 4, kOffMac = 4 + auth::kNonceBytes;
+constexpr size_t kOffFields = kOffMac + auth::kMacBytes;  // where a hello's plain fields start
+constexpr size_t kHelloBytes = kOffFields + 20;           // rank, nranks, address, infoLen
 constexpr size_t kReplyHeaderBytes = 12;
 constexpr size_t kEntryBytes = 12;
-constexpr size_t kRingHelloBytes = 40;
+constexpr size_t kRingHelloBytes = kOffFields + 4;
 constexpr size_t kMaxRefusalBytes = 4096;
 constexpr std::chrono::milliseconds kSlice(100);
 constexpr std::chrono::milliseconds kRetryDelay(50);
@@ -87,12 +102,6 @@ inline std::string remoteOf(const tcp::socket& s) {
   return ec ? std::string("an unknown address")
             : ep.address().to_string() + ":" + std::to_string(ep.port());
 }
-// Compares in constant time, so the secret cannot be guessed byte by byte.
-inline bool sameSecret(const unsigned char* p, const std::string& secret) {
-  unsigned diff = 0;
-  for (size_t i = 0; i < kSecretBytes; ++i) diff |= p[i] ^ static_cast<unsigned char>(secret[i]);
-  return diff == 0;
-}
 inline bool peerClosed(const error_code& ec) {
   return ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe || ec == asio::error::connection_aborted;
@@ -103,6 +112,61 @@ inline bool retryableConnect(const error_code& ec) {
 }
 inline std::string msString(Clock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
+
+// A challenge (kChallengeMagic), a proof (kProofMagic) or a ring answer (kRingAckMagic): the
+// magic and 32 bytes of nonce or MAC.
+inline std::string frame32(uint32_t magic, const unsigned char* bytes32) {
+  std::string s;
+  put32(s, magic);
+  s.append(reinterpret_cast<const char*>(bytes32), 32);
+  return s;
+}
+// The 32 bytes of a frame32 of this magic, or null if p (kChallengeBytes long) is not one.
+inline const unsigned char* parse32(const unsigned char* p, uint32_t magic) {
+  return get32(p) == magic ? p + 4 : nullptr;
+}
+
+// A root hello's MAC'd fields: rank, nranks, ring address, infoLen, then info.
+inline std::string rootFields(int rank, int nranks, const sockaddr_in& ring,
+                              const std::string& info) {
+  std::string f;
+  put32(f, static_cast<uint32_t>(rank));
+  put32(f, static_cast<uint32_t>(nranks));
+  putAddr(f, ring);
+  put32(f, static_cast<uint32_t>(info.size()));
+  return f + info;
+}
+// A ring hello's MAC'd fields: the connecting rank, the listening rank, nranks.
+inline std::string ringFields(int rank, int listener, int nranks) {
+  std::string f;
+  put32(f, static_cast<uint32_t>(rank));
+  put32(f, static_cast<uint32_t>(listener));
+  put32(f, static_cast<uint32_t>(nranks));
+  return f;
+}
+
+// A hello answering the listener's challenge: magic, the connector's nonce, its MAC over
+// `fields`, then `wire` (the fields as the frame carries them).
+inline Result<std::string> helloFrame(uint32_t magic, const char* context,
+                                      const std::string& secret, const unsigned char* listenerNonce,
+                                      const auth::Nonce& nonce, const std::string& fields,
+                                      const std::string& wire) {
+  LOOM_ASSIGN(auth::Mac mac, auth::handshakeMac(secret, context, auth::Side::Connector,
+                                                listenerNonce, nonce.data(), fields));
+  std::string h;
+  put32(h, magic);
+  h.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  h.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  return h + wire;
+}
+// Whether `mac` is what `side` must send for this transcript (constant time).
+inline bool macMatches(const unsigned char* mac, const char* context, auth::Side side,
+                       const std::string& secret, const unsigned char* listenerNonce,
+                       const unsigned char* connectorNonce, const std::string& fields) {
+  Result<auth::Mac> want =
+      auth::handshakeMac(secret, context, side, listenerNonce, connectorNonce, fields);
+  return want.isOk() && auth::sameMac(mac, want.value().data());
 }
 
 // Completion of one asynchronous operation, for waits on a single operation.

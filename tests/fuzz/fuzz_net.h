@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loomfuzz {
 
@@ -78,8 +79,35 @@ inline bool readUntilClosed(int fd, std::string* out,
   }
 }
 
+// Reads until *out holds n bytes, the peer closes or the deadline passes; true if it has n.
+inline bool readExactly(int fd, std::string* out, size_t n,
+                        std::chrono::steady_clock::time_point deadline) {
+  char buf[512];
+  while (out->size() < n) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(msLeft(deadline))) <= 0) return false;
+    ssize_t r = recv(fd, buf, std::min(sizeof(buf), n - out->size()), MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return false;
+    if (r > 0) out->append(buf, static_cast<size_t>(r));
+  }
+  return true;
+}
+
 inline std::chrono::steady_clock::time_point after(int ms) {
   return std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// The bytes of up to `most` connections in one input, separated by "LMFZ".
+inline std::vector<std::string> splitConnections(const std::string& in, size_t most) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (out.size() < most) {
+    size_t sep = in.find("LMFZ", start);
+    out.push_back(in.substr(start, sep == std::string::npos ? std::string::npos : sep - start));
+    if (sep == std::string::npos) break;
+    start = sep + 4;
+  }
+  return out;
 }
 
 // The secret every bootstrap target and seed uses, so seeds get past the secret check.

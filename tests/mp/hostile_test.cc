@@ -6,8 +6,12 @@
 //
 // White-box where a test must speak a wire format: the secret is bytes [16, 48) of the id,
 // the communicator hash is FNV-1a 64 of the secret (bootstrap.cc), the TCP transport hello is
-// {u32 "LMTC", u32 rank, u64 hash, secret} (tcp_setup.cc), the ring hello {u32 "LMBR", secret,
-// u32 rank} (wire.h), shared-memory names are /loom-<hash, 16 hex>-<rank> (shm_setup.cc).
+// {u32 "LMTC", u32 rank, u64 hash, nonce[32], mac[32]} with the MAC of util/auth.h over
+// context "loom/tcp/1" and the fields (rank, listening rank, hash) (tcp_setup.h), the ring
+// hello {u32 "LMBR", nonce[32], mac[32], u32 rank} over context "loom/bootstrap/ring/1" and
+// the fields (rank, listening rank, nranks) (wire.h), shared-memory names are
+// /loom-<hash, 16 hex>-<rank> (shm_setup.cc). A captured hello is one made with the right
+// secret for a challenge the listener sent on another connection.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -35,8 +39,10 @@
 #include <vector>
 
 #include "harness.h"
+#include "util/auth.h"
 
 namespace loomtest {
+namespace auth = loom::auth;
 namespace {
 
 // ---- Helpers: sockets of a process, strangers, the wire formats ----
@@ -114,6 +120,8 @@ std::string le32(uint32_t v) {
 }
 std::string le64(uint64_t v) { return le32(static_cast<uint32_t>(v)) + le32(v >> 32); }
 
+constexpr uint32_t kRanksForRing = 3;  // the ranks of the communicator attacked below
+
 std::string secretOf(const loomUniqueId& id) { return std::string(id.internal + 16, 32); }
 
 uint64_t commHashOf(const std::string& secret) {
@@ -122,11 +130,34 @@ uint64_t commHashOf(const std::string& secret) {
   return h;
 }
 
-std::string transportHello(const std::string& secret, int rank) {
-  return le32(0x4c4d5443u) + le32(static_cast<uint32_t>(rank)) + le64(commHashOf(secret)) + secret;
+// A hello as a capture holds it: made with `secret` by `rank` for `listener`, answering the
+// challenge of some other connection (a nonce the listener will not send again).
+std::string capturedHello(uint32_t magic, const char* context, const std::string& secret,
+                          const std::string& fields, const std::string& wire) {
+  auth::Nonce theirs{}, mine{};
+  if (!auth::randomBytes(theirs.data(), theirs.size()).isOk() ||
+      !auth::randomBytes(mine.data(), mine.size()).isOk())
+    return "";
+  auto mac = auth::handshakeMac(secret, context, auth::Side::Connector, theirs.data(), mine.data(),
+                                fields);
+  if (!mac.isOk()) return "";
+  return le32(magic) + std::string(mine.begin(), mine.end()) +
+         std::string(mac.value().begin(), mac.value().end()) + wire;
 }
-std::string ringHello(const std::string& secret, int rank) {
-  return le32(0x52424d4cu) + secret + le32(static_cast<uint32_t>(rank));
+std::string transportHello(const std::string& secret, int rank, int listener) {
+  const uint64_t hash = commHashOf(secret);
+  std::string fields = le32(static_cast<uint32_t>(rank)) + le32(static_cast<uint32_t>(listener)) +
+                       le64(hash);
+  // The transport hello carries its fields after the magic, the nonce and MAC after them.
+  std::string h = capturedHello(0x4c4d5443u, "loom/tcp/1", secret, fields, "");
+  if (h.empty()) return h;
+  return h.substr(0, 4) + le32(static_cast<uint32_t>(rank)) + le64(hash) + h.substr(4);
+}
+std::string ringHello(const std::string& secret, int rank, int listener) {
+  std::string fields = le32(static_cast<uint32_t>(rank)) + le32(static_cast<uint32_t>(listener)) +
+                       le32(kRanksForRing);
+  return capturedHello(0x52424d4cu, "loom/bootstrap/ring/1", secret, fields,
+                       le32(static_cast<uint32_t>(rank)));
 }
 // A TCP transport frame header as if the handshake were done: a 4 GiB - 16 payload announced.
 std::string hugeFrame() { return le32(0xfffffff0u) + std::string(36, '\0') + "tail"; }
@@ -184,14 +215,20 @@ struct Attack {
   int reached = 0;
 };
 
-void strangersAt(const sockaddr_in& a, Attack& at) {
+// Strangers at listener `a` of rank r (its transport or its ring listener). The captured
+// hellos carry the right secret and ranks the listener expects, so only the nonce keeps them
+// out: were one taken, the real rank would be refused and set-up would fail.
+void strangersAt(const sockaddr_in& a, int r, Attack& at) {
   std::string wrong = at.secret;
   wrong[5] ^= 0x40;
+  const int lower = r == 0 ? 1 : r - 1, prev = (r + kRanks - 1) % kRanks;
   const std::pair<const char*, std::string> probes[] = {
       {"garbage", std::string(300, '\x5a')},
-      {"half a transport hello", transportHello(at.secret, 0).substr(0, 20)},
-      {"transport hello, wrong secret", transportHello(wrong, 0)},
-      {"ring hello, wrong secret", ringHello(wrong, 0)},
+      {"half a transport hello", transportHello(at.secret, lower, r).substr(0, 20)},
+      {"transport hello, wrong secret", transportHello(wrong, lower, r)},
+      {"ring hello, wrong secret", ringHello(wrong, prev, r)},
+      {"captured transport hello", transportHello(at.secret, lower, r)},
+      {"captured ring hello", ringHello(at.secret, prev, r)},
       {"huge frame length", hugeFrame()},
       {"silence", ""},
   };
@@ -204,6 +241,7 @@ void strangersAt(const sockaddr_in& a, Attack& at) {
     at.what.push_back(std::string(p.first) + " at " + addrText(a));
   }
 }
+constexpr int kProbes = 8;
 
 TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
   Attack at;
@@ -257,7 +295,7 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
           at.notLoopback.push_back("rank " + std::to_string(r) + " " + addrText(a));
         if (ntohs(a.sin_port) == port) continue;  // the root: failure_test.cc's strangers
         at.targets.push_back(a);
-        strangersAt(a, at);
+        strangersAt(a, r, at);
       }
     }
     usleep(100000);
@@ -269,8 +307,8 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
       if (!closedByPeer(at.fds[i], 10000)) stillOpen.push_back(at.what[i]);
       close(at.fds[i]);
     }
-    // Replays of real handshakes (no nonce: these are the bytes a capture holds) at every
-    // listener the ranks had, and at the root, once the communicator is up.
+    // Captured handshakes again at every listener the ranks had, and at the root, once the
+    // communicator is up (nothing should listen any more).
     sockaddr_in root{};
     root.sin_family = AF_INET;
     root.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -278,7 +316,7 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
     std::vector<sockaddr_in> all = at.targets;
     all.push_back(root);
     for (const sockaddr_in& a : all) {
-      for (const std::string& bytes : {transportHello(at.secret, 0), ringHello(at.secret, 0)}) {
+      for (const std::string& bytes : {transportHello(at.secret, 0, 1), ringHello(at.secret, 0, 1)}) {
         ++replays;
         int fd = dial(a);
         if (fd < 0) continue;  // refused: nothing listens any more
@@ -300,7 +338,7 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
   });
   ASSERT_TRUE(res.allPassed()) << res.report();
   EXPECT_EQ(at.targets.size(), 4u) << "expected a transport and a ring listener on ranks 0 and 1";
-  EXPECT_EQ(at.reached, 6 * static_cast<int>(at.targets.size()));
+  EXPECT_EQ(at.reached, kProbes * static_cast<int>(at.targets.size()));
   for (const std::string& s : stillOpen) ADD_FAILURE() << "stranger not closed: " << s;
   for (const std::string& s : at.notLoopback)
     ADD_FAILURE() << "with LOOM_SOCKET_IFNAME=lo, a listener is not on loopback: " << s;

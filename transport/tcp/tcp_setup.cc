@@ -10,24 +10,53 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "transport/tcp/tcp_connection.h"
+#include "util/auth.h"
 #include "util/log.h"
 #include "util/wait.h"
 
 namespace loom::transport {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x4c4d5443;  // "LMTC"
-constexpr size_t kSecretBytes = 32;
+// The handshake (util/auth.h; the frames are laid out in tcp_setup.h).
+constexpr uint32_t kChallengeMagic = 0x4e544d4c;  // "LMTN"
+constexpr uint32_t kHelloMagic = 0x4c4d5443;      // "LMTC"
+constexpr uint32_t kAnswerMagic = 0x41544d4c;     // "LMTA"
+constexpr char kContext[] = "loom/tcp/1";
+constexpr int64_t kHandshakeNs = 5'000'000'000LL;  // an accepted connection's hello by then
 
+#pragma pack(push, 1)
+struct Frame32 {  // a challenge (nonce) or an answer (MAC)
+  uint32_t magic;
+  unsigned char bytes[32];
+};
 struct Hello {
   uint32_t magic;
   uint32_t rank;
   uint64_t commHash;
-  char secret[kSecretBytes];
+  unsigned char nonce[auth::kNonceBytes];
+  unsigned char mac[auth::kMacBytes];
 };
+#pragma pack(pop)
+static_assert(sizeof(Frame32) == 36 && sizeof(Hello) == 80, "tcp_setup.h's frame sizes");
+
+// The MAC'd fields of a hello: the connecting rank, the accepting rank, the communicator hash.
+std::string fields(int from, int to, uint64_t commHash) {
+  std::string f;
+  for (uint64_t v : {static_cast<uint64_t>(static_cast<uint32_t>(from)),
+                     static_cast<uint64_t>(static_cast<uint32_t>(to))})
+    for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>(v >> (8 * i)));
+  for (int i = 0; i < 8; ++i) f.push_back(static_cast<char>(commHash >> (8 * i)));
+  return f;
+}
+
+template <typename T>
+std::string bytesOf(const T& t) {
+  return std::string(reinterpret_cast<const char*>(&t), sizeof(t));
+}
 
 Status sysError(const std::string& what) {
   return LOOM_ERROR(loomSystemError, what + ": " + std::strerror(errno));
@@ -51,20 +80,14 @@ Status checkWait(int64_t deadlineNs, const std::atomic<bool>* abortFlag, const c
   return Status::ok();
 }
 
-// Connects (retrying while the peer is not listening yet) and sends the hello.
-Result<int> connectOne(const TcpPeer& p, const Hello& hello, int64_t deadlineNs,
-                       const std::atomic<bool>* abortFlag) {
+// Connects, retrying while the peer is not listening yet; the handshake follows in connectTcp.
+Result<int> connectOne(const TcpPeer& p, int64_t deadlineNs, const std::atomic<bool>* abortFlag) {
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return sysError("socket");
     if (connect(fd, reinterpret_cast<const sockaddr*>(&p.addr), sizeof(p.addr)) == 0) {
       tune(fd);
-      if (send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
-        close(fd);
-        return LOOM_ERROR(loomRemoteError,
-                          "rank " + std::to_string(p.rank) + " at " + addrText(p.addr) +
-                              " dropped the TCP transport handshake");
-      }
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
       return fd;
     }
     int err = errno;
@@ -76,6 +99,23 @@ Result<int> connectOne(const TcpPeer& p, const Hello& hello, int64_t deadlineNs,
     usleep(10000);
   }
 }
+
+// One connection's handshake, either side. The connector waits for the challenge, sends its
+// hello and waits for the answer; the acceptor sends the challenge, waits for the hello and
+// sends the answer. Both sides poll all of theirs at once, so no rank waits on another's order.
+struct Shake {
+  int fd = -1;
+  bool outgoing = false;
+  const TcpPeer* peer = nullptr;  // outgoing: whom; incoming: set once the hello checks out
+  std::string from;               // the remote address, for the log
+  int64_t since = 0;
+  auth::Nonce mine{};
+  std::string theirNonce;
+  std::string out;  // bytes still to send
+  std::string in;   // bytes received of the frame awaited
+  size_t want = 0;  // that frame's size
+  bool answered = false;  // acceptor: the answer is queued; done once it is sent
+};
 
 }  // namespace
 
@@ -109,92 +149,222 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
     uint64_t commHash, size_t slotBytes, size_t depth, int64_t deadlineNs,
     const std::atomic<bool>* abortFlag) {
   std::vector<std::unique_ptr<Connection>> conns;
-  Hello hello{};
-  hello.magic = kHelloMagic;
-  hello.rank = static_cast<uint32_t>(rank);
-  hello.commHash = commHash;
-  std::memcpy(hello.secret, secret.data(), std::min(secret.size(), kSecretBytes));
-
-  std::map<int, bool> expected;  // lower ranks that must connect to us
+  std::vector<Shake> shakes;
+  std::map<int, const TcpPeer*> expected;  // lower ranks that must connect to us
+  std::map<int, bool> joined;
+  size_t outgoing = 0;
+  auto closeAll = [&] {
+    for (Shake& sh : shakes) close(sh.fd);
+    shakes.clear();
+  };
   for (const TcpPeer& p : peers) {
     if (p.rank > rank) {
-      LOOM_ASSIGN(int fd, connectOne(p, hello, deadlineNs, abortFlag));
-      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-      conns.push_back(std::make_unique<TcpConnection>(p.rank, fd, p.watchOnly ? 64 : slotBytes,
-                                                      p.watchOnly ? 2 : depth));
+      Result<int> fd = connectOne(p, deadlineNs, abortFlag);
+      if (!fd.isOk()) {
+        closeAll();
+        return fd.status();
+      }
+      Shake sh;
+      sh.fd = fd.value();
+      sh.outgoing = true;
+      sh.peer = &p;
+      sh.from = addrText(p.addr);
+      sh.want = sizeof(Frame32);
+      shakes.push_back(std::move(sh));
+      ++outgoing;
     } else {
-      expected[p.rank] = false;
+      expected[p.rank] = &p;
     }
   }
+  auto finish = [&](Shake& sh) {
+    const TcpPeer& p = *sh.peer;
+    conns.push_back(std::make_unique<TcpConnection>(p.rank, sh.fd, p.watchOnly ? 64 : slotBytes,
+                                                    p.watchOnly ? 2 : depth));
+    sh.fd = -1;
+  };
+  auto drop = [&](Shake& sh, const std::string& why) {
+    LOOM_WARN(kTransport, "rejected a TCP transport connection from %s: %s", sh.from.c_str(),
+              why.c_str());
+    close(sh.fd);
+    sh.fd = -1;
+  };
+  // What a connector learns that ends its set-up: the peer it dialled is not a Loom rank of
+  // this communicator.
+  auto refused = [&](Shake& sh, const std::string& why) {
+    Status s = LOOM_ERROR(loomRemoteError, "rank " + std::to_string(rank) + ": rank " +
+                                               std::to_string(sh.peer->rank) + " at " + sh.from +
+                                               " " + why);
+    closeAll();
+    return s;
+  };
 
-  struct Pending {
-    int fd;
-    Hello hello;
-    size_t got;
-    int64_t since;
-    std::string from;
+  // Returns false when an outgoing handshake failed (*failure says why).
+  std::function<bool(Shake&, Status*)> step = [&](Shake& sh, Status* failure) -> bool {
+    while (!sh.out.empty()) {
+      ssize_t w = send(sh.fd, sh.out.data(), sh.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        sh.out.erase(0, static_cast<size_t>(w));
+      } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        break;
+      } else {
+        if (sh.outgoing) {
+          *failure = refused(sh, "closed the TCP transport handshake (did it refuse this rank?)");
+          return false;
+        }
+        drop(sh, "closed during the handshake");
+        return true;
+      }
+    }
+    if (sh.answered) {
+      if (sh.out.empty()) finish(sh);
+      return true;
+    }
+    while (sh.in.size() < sh.want) {
+      char buf[128];
+      ssize_t r = recv(sh.fd, buf, std::min(sizeof(buf), sh.want - sh.in.size()), MSG_DONTWAIT);
+      if (r > 0) {
+        sh.in.append(buf, static_cast<size_t>(r));
+        continue;
+      }
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+      if (sh.outgoing) {
+        *failure = refused(sh, "closed the TCP transport handshake (did it refuse this rank?)");
+        return false;
+      }
+      drop(sh, "closed before completing the handshake");
+      return true;
+    }
+    if (sh.outgoing && sh.theirNonce.empty()) {  // the challenge: answer it with our hello
+      Frame32 ch;
+      std::memcpy(&ch, sh.in.data(), sizeof(ch));
+      if (ch.magic != kChallengeMagic) {
+        *failure = refused(sh, "did not open with a Loom TCP transport challenge");
+        return false;
+      }
+      Result<auth::Nonce> nonce = auth::freshNonce();
+      if (!nonce.isOk()) {
+        *failure = nonce.status();
+        closeAll();
+        return false;
+      }
+      Result<auth::Mac> mac =
+          auth::handshakeMac(secret, kContext, auth::Side::Connector, ch.bytes,
+                             nonce.value().data(), fields(rank, sh.peer->rank, commHash));
+      if (!mac.isOk()) {
+        *failure = mac.status();
+        closeAll();
+        return false;
+      }
+      sh.mine = nonce.value();
+      sh.theirNonce.assign(reinterpret_cast<const char*>(ch.bytes), auth::kNonceBytes);
+      Hello h{};
+      h.magic = kHelloMagic;
+      h.rank = static_cast<uint32_t>(rank);
+      h.commHash = commHash;
+      std::memcpy(h.nonce, sh.mine.data(), auth::kNonceBytes);
+      std::memcpy(h.mac, mac.value().data(), auth::kMacBytes);
+      sh.out = bytesOf(h);
+      sh.in.clear();
+      sh.want = sizeof(Frame32);
+      return true;
+    }
+    if (sh.outgoing) {  // the answer: the acceptor's MAC
+      Frame32 a;
+      std::memcpy(&a, sh.in.data(), sizeof(a));
+      const auto* theirs = reinterpret_cast<const unsigned char*>(sh.theirNonce.data());
+      Result<auth::Mac> want =
+          auth::handshakeMac(secret, kContext, auth::Side::Acceptor, theirs, sh.mine.data(),
+                             fields(rank, sh.peer->rank, commHash));
+      if (a.magic != kAnswerMagic || !want.isOk() || !auth::sameMac(a.bytes, want.value().data())) {
+        *failure = refused(sh, "did not prove that it holds the communicator's secret (a "
+                               "stranger listening at its address?)");
+        return false;
+      }
+      finish(sh);
+      return true;
+    }
+    // Acceptor: the hello. Its MAC first; only then are its fields believed.
+    Hello h;
+    std::memcpy(&h, sh.in.data(), sizeof(h));
+    const int from = static_cast<int>(h.rank);
+    Result<auth::Mac> want = auth::handshakeMac(secret, kContext, auth::Side::Connector,
+                                                sh.mine.data(), h.nonce, fields(from, rank, h.commHash));
+    if (h.magic != kHelloMagic) {
+      drop(sh, "bad magic");
+    } else if (h.commHash != commHash || !want.isOk() || !auth::sameMac(h.mac, want.value().data())) {
+      drop(sh, "its MAC does not match (another communicator, a stranger, or a replayed hello)");
+    } else if (expected.count(from) == 0 || joined[from]) {
+      drop(sh, "unexpected rank " + std::to_string(from));
+    } else {
+      Result<auth::Mac> mine = auth::handshakeMac(secret, kContext, auth::Side::Acceptor,
+                                                  sh.mine.data(), h.nonce, fields(from, rank, commHash));
+      if (!mine.isOk()) {
+        drop(sh, mine.status().message());
+        return true;
+      }
+      joined[from] = true;
+      sh.peer = expected[from];
+      Frame32 a{};
+      a.magic = kAnswerMagic;
+      std::memcpy(a.bytes, mine.value().data(), auth::kMacBytes);
+      sh.out = bytesOf(a);
+      sh.answered = true;
+      return step(sh, failure);  // sends the answer at once (it fits any socket buffer)
+    }
+    return true;
   };
-  std::vector<Pending> pending;
-  size_t accepted = 0;
-  auto drop = [&](size_t i, const char* why) {
-    LOOM_WARN(kTransport, "rejected a TCP transport connection from %s: %s",
-              pending[i].from.c_str(), why);
-    close(pending[i].fd);
-    pending.erase(pending.begin() + static_cast<long>(i));
-  };
-  while (accepted < expected.size()) {
-    Status w = checkWait(deadlineNs, abortFlag, "waiting for lower ranks to connect");
+
+  for (;;) {
+    shakes.erase(std::remove_if(shakes.begin(), shakes.end(), [](const Shake& sh) { return sh.fd < 0; }),
+                 shakes.end());
+    if (conns.size() == outgoing + expected.size()) break;
+    Status w = checkWait(deadlineNs, abortFlag, "in the handshakes with its peers");
     if (!w.isOk()) {
-      for (auto& p : pending) close(p.fd);
       std::string missing;
-      for (auto& [r, ok] : expected)
-        if (!ok) missing += " " + std::to_string(r);
+      for (const Shake& sh : shakes)
+        if (sh.outgoing) missing += " " + std::to_string(sh.peer->rank);
+      for (auto& [r, p] : expected)
+        if (!joined[r]) missing += " " + std::to_string(r);
+      closeAll();
       return w.prefix("rank " + std::to_string(rank) + " (missing ranks:" + missing + "): ");
     }
     std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
-    for (auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    for (const Shake& sh : shakes)
+      fds.push_back({sh.fd, static_cast<short>(POLLIN | (sh.out.empty() ? 0 : POLLOUT)), 0});
     poll(fds.data(), fds.size(), 100);
     if (fds[0].revents & POLLIN) {
       sockaddr_in from{};
       socklen_t len = sizeof(from);
       int fd = accept4(listener.fd(), reinterpret_cast<sockaddr*>(&from), &len,
                        SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) pending.push_back({fd, Hello{}, 0, nowNs(), addrText(from)});
+      if (fd >= 0) {
+        Shake sh;
+        sh.fd = fd;
+        sh.from = addrText(from);
+        sh.since = nowNs();
+        sh.want = sizeof(Hello);
+        Result<auth::Nonce> nonce = auth::freshNonce();
+        if (!nonce.isOk()) {
+          drop(sh, nonce.status().message());
+        } else {
+          sh.mine = nonce.value();
+          Frame32 ch{};
+          ch.magic = kChallengeMagic;
+          std::memcpy(ch.bytes, sh.mine.data(), auth::kNonceBytes);
+          sh.out = bytesOf(ch);
+          shakes.push_back(std::move(sh));
+        }
+      }
     }
-    for (size_t i = pending.size(); i-- > 0;) {
-      Pending& p = pending[i];
-      ssize_t r = recv(p.fd, reinterpret_cast<char*>(&p.hello) + p.got, sizeof(Hello) - p.got, 0);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        drop(i, "closed before completing the handshake");
-        continue;
-      }
-      if (r > 0) p.got += static_cast<size_t>(r);
-      if (p.got < sizeof(Hello)) {
-        if (nowNs() - p.since > 5'000'000'000LL) drop(i, "handshake incomplete after 5 s");
-        continue;
-      }
-      int from = static_cast<int>(p.hello.rank);
-      if (p.hello.magic != kHelloMagic) {
-        drop(i, "bad magic");
-      } else if (p.hello.commHash != commHash ||
-                 std::memcmp(p.hello.secret, hello.secret, kSecretBytes) != 0) {
-        drop(i, "wrong communicator secret");
-      } else if (expected.count(from) == 0 || expected[from]) {
-        drop(i, "unexpected rank");
-      } else {
-        expected[from] = true;
-        ++accepted;
-        tune(p.fd);
-        const bool watch = std::any_of(peers.begin(), peers.end(), [from](const TcpPeer& q) {
-          return q.rank == from && q.watchOnly;
-        });
-        conns.push_back(std::make_unique<TcpConnection>(from, p.fd, watch ? 64 : slotBytes,
-                                                        watch ? 2 : depth));
-        pending.erase(pending.begin() + static_cast<long>(i));
-      }
+    for (Shake& sh : shakes) {
+      if (sh.fd < 0) continue;
+      Status failure;
+      if (!step(sh, &failure)) return failure;
+      if (sh.fd >= 0 && !sh.outgoing && !sh.answered && nowNs() - sh.since > kHandshakeNs)
+        drop(sh, "handshake incomplete after 5 s");
     }
   }
-  for (auto& p : pending) close(p.fd);
+  closeAll();
   LOOM_INFO(kTransport, "tcp: %zu peers connected", conns.size());
   return conns;
 }
