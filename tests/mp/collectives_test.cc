@@ -18,8 +18,14 @@
 namespace loomtest {
 namespace {
 
-int runFullSuite(RankContext& ctx, SuiteLevel level) {
-  std::vector<Case> cases = buildCases(ctx.nranks, level);
+// Bit c set: collective Coll(c) runs.
+constexpr uint32_t kAllColls = ~0u;
+constexpr uint32_t bit(Coll c) { return 1u << static_cast<int>(c); }
+
+int runFullSuite(RankContext& ctx, SuiteLevel level, uint32_t colls = kAllColls) {
+  std::vector<Case> cases;
+  for (Case& c : buildCases(ctx.nranks, level))
+    if (colls & bit(c.coll)) cases.push_back(std::move(c));
   SuiteStats st = runSuite(ctx.comm, ctx.rank, ctx.nranks, cases, ctx.shared);
   return st.failedCases == 0 && st.apiErrors == 0 ? 0 : 1;
 }
@@ -78,6 +84,7 @@ struct Config {
   int nranks;
   bool shm;
   const char* algo = "";  // LOOM_ALGO: "" lets the tuner pick (direct all-reduce on one host)
+  uint32_t colls = kAllColls;  // the collectives checked: those whose schedule `algo` changes
 };
 
 void PrintTo(const Config& c, std::ostream* os) {
@@ -93,8 +100,9 @@ TEST_P(CollectivesTest, EveryCase) {
   if (*GetParam().algo != '\0') opts.env.push_back({"LOOM_ALGO", GetParam().algo});
   opts.timeoutMs = 60000;
   opts.deadlineMs = 240000;
-  LaunchResult res =
-      launch(opts, [](RankContext& ctx) { return runFullSuite(ctx, SuiteLevel::kFull); });
+  const uint32_t colls = GetParam().colls;
+  LaunchResult res = launch(
+      opts, [colls](RankContext& ctx) { return runFullSuite(ctx, SuiteLevel::kFull, colls); });
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
@@ -115,14 +123,19 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
 // All ranks share this host, so hier runs its one-host form here (direct
 // reduce-scatter and all-gather in the host); its cross-host phase runs in
 // the verifier's sweeps over host layouts.
+// Only the collectives a forced algorithm builds are checked (broadcast, reduce, all-to-all
+// and send/receive have one schedule each, checked by the Ranks configurations above).
 std::vector<Config> forcedConfigs() {
+  const uint32_t allReduce = bit(Coll::kAllReduce);
+  const uint32_t rhd = allReduce | bit(Coll::kAllGather) | bit(Coll::kReduceScatter);
   std::vector<Config> out;
   for (const char* algo : {"tree", "rhd", "hier"})
     for (bool shm : {true, false})
-      for (int n : {2, 3, 4, 5, 8}) out.push_back(Config{n, shm, algo});
+      for (int n : {2, 3, 4, 5, 8})
+        out.push_back(Config{n, shm, algo, std::string(algo) == "rhd" ? rhd : allReduce});
   // Per-collective and exclusion forms of the syntax.
-  out.push_back(Config{5, false, "allreduce:rhd;allgather:rhd"});
-  out.push_back(Config{4, true, "^direct,ring"});
+  out.push_back(Config{5, false, "allreduce:rhd;allgather:rhd", rhd});
+  out.push_back(Config{4, true, "^direct,ring", allReduce});
   return out;
 }
 
