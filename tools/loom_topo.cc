@@ -101,8 +101,12 @@ bool parseCount(const char* text, long long* out) {
 // cheapest prediction wins (the first candidate on a tie).
 int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts, int perHost,
                      size_t minBytes, size_t maxBytes, size_t factor) {
-  algo::CostModel model = algo::defaultCostModel();
-  model.slotBytes = static_cast<size_t>(std::max<int64_t>(loom::env::slotBytes(), 64));
+  loom::Result<algo::CostModel> m = algo::tunerCostModel(loom::env::tunerTable(), loom::env::slotBytes());
+  if (!m.isOk()) {
+    std::fprintf(stderr, "loom-topo: %s\n", m.status().message().c_str());
+    return 2;
+  }
+  const algo::CostModel model = m.take();
   algo::LinkMap links;
   links.hostOf = hostOf;
   links.intra = loom::env::shmDisable() ? algo::Link::Tcp : algo::Link::Shm;

@@ -86,6 +86,18 @@ const algo::Selection& protoSelection() {
   return selectionFrom(env::proto(), "LOOM_PROTO", algo::protoNames());
 }
 
+// The cost model: defaults, or LOOM_TUNER_TABLE over them (read once; a bad table is
+// reported once and the defaults used).
+const algo::CostModel& tunerModel() {
+  static const algo::CostModel model = [] {
+    Result<algo::CostModel> m = algo::tunerCostModel(env::tunerTable(), env::slotBytes());
+    if (m.isOk()) return m.take();
+    LOOM_WARN(kTune, "%s; using the default costs", m.status().message().c_str());
+    return algo::tunerCostModel("", env::slotBytes()).take();
+  }();
+  return model;
+}
+
 // hostOf[r]: an index per distinct host identity, in order of first appearance.
 std::vector<int> hostLayout(const Comm& comm) {
   std::vector<std::string> seen;
@@ -139,8 +151,7 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  algo::CostModel model = algo::defaultCostModel();
-  model.slotBytes = static_cast<size_t>(std::max<int64_t>(env::slotBytes(), 64));
+  algo::CostModel model = tunerModel();
   algo::LinkMap links;
   links.hostOf = hostOf;
   links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
