@@ -196,7 +196,7 @@ double estimateUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
   std::vector<Schedule> s;
   s.reserve(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r)
-    s.push_back(build(a, coll, r, nranks, 0, count, false, links.hostOf));
+    s.push_back(build(a, coll, r, nranks, 0, count, false, links.hostOf, links.ringOrder));
   return predictUs(s, elemSize, model, links);
 }
 

@@ -68,6 +68,7 @@ struct LinkMap {
   std::vector<int> hostOf;  // empty: every rank on one host
   Link intra = Link::Shm;
   Link inter = Link::Tcp;
+  std::vector<int> ringOrder;  // the ring algorithms' order (empty: rank order)
   Link between(int a, int b) const;
   int hosts() const;  // distinct hosts (1 when hostOf is empty)
 };

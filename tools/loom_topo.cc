@@ -109,6 +109,7 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
   const algo::CostModel model = m.take();
   algo::LinkMap links;
   links.hostOf = hostOf;
+  links.ringOrder = algo::hostMajorOrder(hostOf);
   links.intra = loom::env::shmDisable() ? algo::Link::Tcp : algo::Link::Shm;
   links.inter = algo::Link::Tcp;
   auto sel = algo::parseSelection(loom::env::algo(), "LOOM_ALGO", algo::algoNames());

@@ -154,6 +154,7 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   algo::CostModel model = tunerModel();
   algo::LinkMap links;
   links.hostOf = hostOf;
+  links.ringOrder = algo::hostMajorOrder(hostOf);
   links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
   links.inter = comm.netLink();
   if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
@@ -198,8 +199,9 @@ Status runCollective(Comm& comm, const Call& c) {
     }
     s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
   } else {
-    algo::Schedule sched = algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root,
-                                       c.count, isInPlace(comm, c, op.elemSize), hostOf);
+    algo::Schedule sched =
+        algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root, c.count,
+                    isInPlace(comm, c, op.elemSize), hostOf, algo::hostMajorOrder(hostOf));
     dumpSchedule(sched);
     if (op.record != nullptr) {
       op.record->algorithm = sched.algorithm;
