@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <unordered_map>
 
 namespace loom::algo {
@@ -117,14 +119,15 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
       if (stepRecvs(st.op)) {
         auto it = fifos.find(key(c, st.recvPeer, r));
         if (it == fifos.end() || it->second.empty()) break;  // wait for the sender
-        run.clock = std::max(run.clock, it->second.front());
+        run.clock = std::max(run.clock, it->second.front()) +
+                    model.link(links.between(st.recvPeer, r)).overhead_us;
         it->second.pop_front();
         enqueue(st.recvPeer);
       }
       if (reduces(st.op) || st.op == StepOp::Copy) run.clock += bytes * model.reduce_us_per_byte;
       if (stepSends(st.op)) {
         const LinkCost& lc = model.link(links.between(r, st.sendPeer));
-        run.clock += bytes * lc.beta_us_per_byte;
+        run.clock += lc.overhead_us + bytes * lc.beta_us_per_byte;
         fifos[key(c, r, st.sendPeer)].push_back(run.clock + lc.alpha_us);
         enqueue(st.sendPeer);
       }
@@ -146,7 +149,8 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
   const int hosts = links.hosts();
   const LinkCost& worst = model.link(hosts > 1 ? links.inter : links.intra);
   const LinkCost& local = model.link(links.intra);
-  const double al = worst.alpha_us, be = worst.beta_us_per_byte, red = model.reduce_us_per_byte;
+  // A round's latency: the link's, plus the sender's and the receiver's overhead.
+  const double al = worst.alpha_us + 2 * worst.overhead_us, be = worst.beta_us_per_byte, red = model.reduce_us_per_byte;
   const double perRank = static_cast<double>(count * elemSize);
   // The buffer a rank reduces or receives in all: count for all-reduce,
   // broadcast and reduce, n blocks of count for the others.
@@ -173,7 +177,7 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
     }
     case Algo::Hier: {
       const double m = std::ceil(n / hosts), H = hosts;
-      const double intra = 2 * ((m - 1) * local.alpha_us + (m - 1) / m * S * local.beta_us_per_byte);
+      const double intra = 2 * ((m - 1) * (local.alpha_us + 2 * local.overhead_us) + (m - 1) / m * S * local.beta_us_per_byte);
       const double inter = H > 1 ? 2 * (H - 1) * (al + S / m / H * be) : 0;
       return intra + inter + S * red;
     }
@@ -192,7 +196,7 @@ double estimateUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
   std::vector<Schedule> s;
   s.reserve(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r)
-    s.push_back(build(a, coll, r, nranks, 0, count, false, links.hostOf));
+    s.push_back(build(a, coll, r, nranks, 0, count, false, links.hostOf, links.ringOrder));
   return predictUs(s, elemSize, model, links);
 }
 
@@ -218,6 +222,58 @@ LinkCost fitLinkCost(const std::vector<CostSample>& samples) {
   out.alpha_us = alpha;
   out.beta_us_per_byte = beta;
   return out;
+}
+
+Status applyCostTable(const std::string& text, const std::string& source, CostModel* model) {
+  int lineNo = 0;
+  size_t from = 0;
+  while (from <= text.size()) {
+    size_t end = text.find('\n', from);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(from, end - from);
+    from = end + 1;
+    ++lineNo;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::istringstream in(line);
+    std::string name;
+    if (!(in >> name)) continue;
+    auto bad = [&](const std::string& why) {
+      return LOOM_ERROR(loomInvalidArgument,
+                        source + ":" + std::to_string(lineNo) + ": " + why);
+    };
+    int link = -1;
+    for (int l = 0; l < kNumLinks; ++l)
+      if (name == linkName(static_cast<Link>(l))) link = l;
+    double alpha = 0, gbps = 0, overhead = 0;
+    if (name == "reduce") {
+      if (!(in >> gbps) || gbps <= 0) return bad("reduce needs a rate in GB/s > 0");
+      model->reduce_us_per_byte = 1.0 / (gbps * 1e3);
+    } else if (link < 0) {
+      return bad("unknown link '" + name + "' (known: shm, tcp, nvlink, pcie, net, reduce)");
+    } else {
+      if (!(in >> alpha >> gbps) || alpha < 0 || gbps <= 0)
+        return bad(name + " needs alpha_us >= 0 and GB/s > 0");
+      if (!(in >> overhead)) overhead = 0;
+      if (overhead < 0) return bad(name + ": overhead_us must be >= 0");
+      model->links[link] = {alpha, 1.0 / (gbps * 1e3), overhead};
+    }
+    std::string extra;
+    if (in >> extra) return bad("unexpected '" + extra + "'");
+  }
+  return Status::ok();
+}
+
+Result<CostModel> tunerCostModel(const std::string& tablePath, int64_t slotBytes) {
+  CostModel model = defaultCostModel();
+  model.slotBytes = static_cast<size_t>(std::max<int64_t>(slotBytes, 64));
+  if (tablePath.empty()) return model;
+  std::ifstream in(tablePath);
+  if (!in) return LOOM_ERROR(loomInvalidArgument, "LOOM_TUNER_TABLE=" + tablePath + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  LOOM_CHECK(applyCostTable(text.str(), "LOOM_TUNER_TABLE=" + tablePath, &model));
+  return model;
 }
 
 // ---------------------------------------------------------------------------

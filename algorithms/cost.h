@@ -2,7 +2,11 @@
 //
 // Every link type has an alpha-beta cost: a message of b bytes takes
 // alpha + b * beta from the moment its sender starts it to the moment its
-// receiver can use it, and keeps the sender busy for b * beta. The time of a
+// receiver can use it, and keeps the sender busy for b * beta. Each message
+// also costs its sender and its receiver `overhead` of their own time (LogP's
+// o: the system call, the wake-up, the slot's bookkeeping), which latency
+// does not hide: a schedule of many tiny messages (rhd of a few elements,
+// where every unit is its own message) pays it on every one. The time of a
 // collective is predicted from the schedules themselves: predictUs() runs all
 // ranks' steps in the executor's order (channels in turn, pieces round-major,
 // a step's receive before its send) on a clock per rank, with the link type
@@ -13,7 +17,8 @@
 // from measured (bytes, time) samples by least squares.
 //
 // parseSelection() reads LOOM_ALGO / LOOM_PROTO text: per collective, which
-// names are allowed. Everything here is a pure function; none does I/O.
+// names are allowed. Everything here but tunerCostModel() is a pure function
+// and does no I/O.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +38,7 @@ const char* linkName(Link l);
 struct LinkCost {
   double alpha_us = 0;          // latency of one message
   double beta_us_per_byte = 0;  // inverse bandwidth
+  double overhead_us = 0;       // busy time of each end per message
 };
 
 struct CostModel {
@@ -46,11 +52,23 @@ struct CostModel {
 // and an RDMA network.
 CostModel defaultCostModel();
 
+// A measured table (LOOM_TUNER_TABLE) over the defaults: one line per link,
+//   <link> <alpha_us> <GB/s> [<overhead_us>]    link: shm, tcp, nvlink, pcie, net
+//   reduce <GB/s>                               the local reduction's rate
+// '#' starts a comment. Links not named keep their figures. Errors name
+// `source`, the line and the field.
+Status applyCostTable(const std::string& text, const std::string& source, CostModel* model);
+
+// The tuner's model: the defaults, the table file at `tablePath` over them (when not
+// empty; the one function here that reads a file), pieces of `slotBytes` (at least 64).
+Result<CostModel> tunerCostModel(const std::string& tablePath, int64_t slotBytes);
+
 // Which link joins two ranks: `intra` on one host, `inter` across hosts.
 struct LinkMap {
   std::vector<int> hostOf;  // empty: every rank on one host
   Link intra = Link::Shm;
   Link inter = Link::Tcp;
+  std::vector<int> ringOrder;  // the ring algorithms' order (empty: rank order)
   Link between(int a, int b) const;
   int hosts() const;  // distinct hosts (1 when hostOf is empty)
 };

@@ -13,6 +13,8 @@
 //   s0   c0->    c1->    c2->    c3->      (each sends its own chunk)
 //   s1   c3+->   c0+->   c1+->   c2+->
 //   s2   c2++    c3++    c0++    c1++      (rank r now owns c(r+1), complete)
+#include <algorithm>
+
 #include "algorithms/schedule.h"
 
 namespace loom::algo {
@@ -110,6 +112,48 @@ Schedule buildRingReduceScatter(int rank, int n, size_t count) {
   last.dst.offset = 0;  // the block lands at the start of recvbuff
   st.push_back(last);
   return s;
+}
+
+Schedule buildRingInOrder(Coll coll, int rank, int n, size_t count, const std::vector<int>& order) {
+  auto plain = [&](int r) {
+    return coll == Coll::AllGather       ? buildRingAllGather(r, n, count)
+           : coll == Coll::ReduceScatter ? buildRingReduceScatter(r, n, count)
+                                         : buildRingAllReduce(r, n, count);
+  };
+  if (order.empty()) return plain(rank);
+  const int pos = static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
+  Schedule s = plain(pos);
+  s.rank = rank;
+  // Block p of the n-block buffer (all-gather's recv, reduce-scatter's send) is rank
+  // order[p]'s block.
+  const bool blocked = coll == Coll::AllGather || coll == Coll::ReduceScatter;
+  const Buf blockBuf = coll == Coll::AllGather ? Buf::Recv : Buf::Send;
+  auto move = [&](BufRef& ref) {
+    if (!blocked || count == 0 || ref.buf != blockBuf) return;
+    const size_t p = ref.offset / count;
+    ref.offset = static_cast<size_t>(order[p]) * count + ref.offset % count;
+  };
+  for (auto& steps : s.channels)
+    for (Step& st : steps) {
+      if (st.recvPeer >= 0) st.recvPeer = order[static_cast<size_t>(st.recvPeer)];
+      if (st.sendPeer >= 0) st.sendPeer = order[static_cast<size_t>(st.sendPeer)];
+      if (stepReads(st.op)) move(st.src);
+      if (stepWrites(st.op)) move(st.dst);
+    }
+  return s;
+}
+
+std::vector<int> hostMajorOrder(const std::vector<int>& hostOf) {
+  std::vector<int> hosts;  // in order of their lowest rank
+  for (int h : hostOf)
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  std::vector<int> order;
+  for (int h : hosts)
+    for (size_t r = 0; r < hostOf.size(); ++r)
+      if (hostOf[r] == h) order.push_back(static_cast<int>(r));
+  for (size_t r = 0; r < order.size(); ++r)
+    if (order[r] != static_cast<int>(r)) return order;
+  return {};
 }
 
 }  // namespace loom::algo

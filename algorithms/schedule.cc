@@ -166,7 +166,9 @@ bool algoBuilds(Algo a, Coll coll) {
 }
 
 Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, bool inPlace,
-               const std::vector<int>& hostOf) {
+               const std::vector<int>& hostOf, const std::vector<int>& ringOrder) {
+  if (a == Algo::Ring && algoBuilds(a, coll) && !ringOrder.empty())
+    return buildRingInOrder(coll, rank, nranks, count, ringOrder);
   if (algoBuilds(a, coll)) {
     switch (a) {
       case Algo::Tree: return buildTreeAllReduce(rank, nranks, count, hostOf);

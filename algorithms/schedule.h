@@ -139,8 +139,23 @@ bool parseAlgo(const std::string& name, Algo* out);
 // Whether build(a, coll, ...) below has a builder for coll.
 bool algoBuilds(Algo a, Coll coll);
 // Builds algorithm a's schedule for coll; falls back to build(coll, ...)
-// where a has no builder for coll.
+// where a has no builder for coll. `ringOrder` (empty: 0, 1, ..., n-1) is the
+// order in which the ring algorithms pass data (buildRingInOrder).
 Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, bool inPlace,
-               const std::vector<int>& hostOf);
+               const std::vector<int>& hostOf, const std::vector<int>& ringOrder = {});
+
+// Ring all-reduce, all-gather or reduce-scatter over the ring order[0] ->
+// order[1] -> ... -> order[n-1] -> order[0] (a permutation of the ranks; empty:
+// rank order): the schedule of ring position p = order^-1(rank), its peers
+// renamed to the ranks at the neighbouring positions and, for all-gather and
+// reduce-scatter, each block p of the n-block buffer moved to block order[p],
+// so every rank's block still lands where the collective defines it.
+Schedule buildRingInOrder(Coll coll, int rank, int nranks, size_t count,
+                          const std::vector<int>& order);
+// The ring order that keeps each host's ranks together: hosts in order of their
+// lowest rank, ranks ascending within a host (what ring search gives when every
+// rank of a host sits on one node); the ring crosses between hosts once per
+// host. Empty when that is rank order already.
+std::vector<int> hostMajorOrder(const std::vector<int>& hostOf);
 
 }  // namespace loom::algo

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algorithms/cost.h"
+#include "algorithms/graph_links.h"
 #include "topology/search.h"
 #include "topology/topology.h"
 #include "util/env.h"
@@ -24,7 +25,7 @@ void usage() {
   std::printf(
       "usage: loom-topo [--file F] [--dump OUT] [--hosts N] [--ranks-per-host R]\n"
       "                 [--max-channels C] [--no-paths] [--coll C] [--min-bytes B]\n"
-      "                 [--max-bytes B] [--factor F] [--no-predict]\n"
+      "                 [--max-bytes B] [--factor F] [--no-predict] [--graph]\n"
       "  --file F            NCCL topology XML or hwloc XML instead of detecting this host\n"
       "  --dump OUT          write the topology in NCCL's schema to OUT\n"
       "  --hosts N           plan rings over N copies of the machine (default 1)\n"
@@ -34,6 +35,8 @@ void usage() {
       "  --min-bytes B       smallest size of the prediction sweep (default 8)\n"
       "  --max-bytes B       largest size (default 268435456)\n"
       "  --factor F          factor between sizes (default 4)\n"
+      "  --graph             predict with the graph's links (NVLink, PCIe, network ports,\n"
+      "                      their bandwidths) and ring order instead of shm and TCP\n"
       "LOOM_ALGO narrows the tuner's choice as it does in the library; LOOM_SLOT_BYTES and\n"
       "LOOM_SHM_DISABLE change the model as they change the communicator.\n");
 }
@@ -100,13 +103,28 @@ bool parseCount(const char* text, long long* out) {
 // tuner's pick: LOOM_ALGO narrows the candidates exactly as in src/api/group.cc, then the
 // cheapest prediction wins (the first candidate on a tie).
 int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts, int perHost,
-                     size_t minBytes, size_t maxBytes, size_t factor) {
-  algo::CostModel model = algo::defaultCostModel();
-  model.slotBytes = static_cast<size_t>(std::max<int64_t>(loom::env::slotBytes(), 64));
+                     size_t minBytes, size_t maxBytes, size_t factor, const System* graph,
+                     const std::vector<RankPlace>& ranks) {
+  loom::Result<algo::CostModel> m = algo::tunerCostModel(loom::env::tunerTable(), loom::env::slotBytes());
+  if (!m.isOk()) {
+    std::fprintf(stderr, "loom-topo: %s\n", m.status().message().c_str());
+    return 2;
+  }
+  algo::CostModel model = m.take();
   algo::LinkMap links;
   links.hostOf = hostOf;
+  links.ringOrder = algo::hostMajorOrder(hostOf);
   links.intra = loom::env::shmDisable() ? algo::Link::Tcp : algo::Link::Shm;
   links.inter = algo::Link::Tcp;
+  if (graph != nullptr) {  // --graph: link types, bandwidths and ring order from the graph
+    loom::Result<algo::GraphLinks> g = algo::linksFromGraph(*graph, ranks, model);
+    if (!g.isOk()) {
+      std::fprintf(stderr, "loom-topo: %s\n", g.status().message().c_str());
+      return 1;
+    }
+    links = g.value().links;
+    model = g.value().model;
+  }
   auto sel = algo::parseSelection(loom::env::algo(), "LOOM_ALGO", algo::algoNames());
   if (!sel.isOk()) {
     std::fprintf(stderr, "loom-topo: %s\n", sel.status().message().c_str());
@@ -160,7 +178,7 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
 int main(int argc, char** argv) {
   std::string file, dump;
   int hosts = 1, ranksPerHost = 0, maxChannels = 16;
-  bool paths = true, predict = true;
+  bool paths = true, predict = true, graphLinks = false;
   std::string coll = "allreduce";
   long long minBytes = 8, maxBytes = 268435456, factor = 4;
   for (int i = 1; i < argc; ++i) {
@@ -184,6 +202,8 @@ int main(int argc, char** argv) {
       maxChannels = std::atoi(next());
     else if (a == "--no-paths")
       paths = false;
+    else if (a == "--graph")
+      graphLinks = true;
     else if (a == "--no-predict")
       predict = false;
     else if (a == "--coll")
@@ -288,5 +308,6 @@ int main(int argc, char** argv) {
   std::vector<int> hostOf;
   for (const RankPlace& r : ranks.value()) hostOf.push_back(r.host);
   return printPredictions(collective, hostOf, hosts, ranksPerHost, static_cast<size_t>(minBytes),
-                          static_cast<size_t>(maxBytes), static_cast<size_t>(factor));
+                          static_cast<size_t>(maxBytes), static_cast<size_t>(factor),
+                          graphLinks ? &s : nullptr, ranks.value());
 }

@@ -9,7 +9,8 @@
 # goes through one shaped port.
 #
 #   mh_setup HOSTS RATE DELAY   build them (RATE e.g. 1gbit, '' unshaped; DELAY e.g. 1ms, '')
-#   mh_run NRANKS LOGDIR CMD... start NRANKS ranks, rank r on host r * HOSTS / NRANKS, wait,
+#   mh_run NRANKS LOGDIR CMD... start NRANKS ranks, rank r on host r * HOSTS / NRANKS (with
+#                               MH_DEAL=1: on host r mod HOSTS, ranks dealt round-robin), wait,
 #                               and return the number of ranks that failed; per-rank
 #                               variables come from MH_ENV_r (a string of VAR=value words)
 #   mh_cleanup                  kill what mh_run left and delete every namespace
@@ -107,6 +108,7 @@ mh_run() {
   MH_PIDS=()
   for ((r = 0; r < nranks; ++r)); do
     h=$((r * MH_HOSTS / nranks))
+    [[ ${MH_DEAL:-0} == 1 ]] && h=$((r % MH_HOSTS))
     ns="lmh${h}x$MH_TAG"
     ifname="lh${h}x$MH_TAG"
     var="MH_ENV_$r"

@@ -15,6 +15,7 @@
 #   MH_ALGOS="ring tree rhd hier"    the forced runs beside the tuner's
 #   MH_SMALL=65536                   "small" for the tree/hier versus ring verdict
 #   MH_OUT=dir                       keep the logs and JSON there (default: a temporary dir)
+#   MH_TABLE=file                    the tuner's run prices with this LOOM_TUNER_TABLE
 # Exit: 0 when every run completed (the verdicts are printed, not enforced), 1 when a run
 # failed, 2 on bad usage, 77 where namespaces cannot be made.
 set -u
@@ -44,6 +45,7 @@ for cfg in tuner $ALGOS; do
   for ((r = 0; r < NRANKS; ++r)); do
     v="LOOM_TIMEOUT_MS=120000"
     [[ $cfg != tuner ]] && v+=" LOOM_ALGO=allreduce:$cfg"
+    [[ $cfg == tuner && -n ${MH_TABLE:-} ]] && v+=" LOOM_TUNER_TABLE=$MH_TABLE"
     # Rank 0 of the tuner's run logs the tuner's predictions, from which its choice is read.
     [[ $cfg == tuner && $r == 0 ]] &&
       v+=" LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE LOOM_DEBUG_FILE=$OUT/$cfg/tune.log"

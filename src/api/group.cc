@@ -89,6 +89,18 @@ const algo::Selection& protoSelection() {
   return s;
 }
 
+// The cost model: defaults, or LOOM_TUNER_TABLE over them (read once; a bad table is
+// reported once and the defaults used).
+const algo::CostModel& tunerModel() {
+  static const algo::CostModel model = [] {
+    Result<algo::CostModel> m = algo::tunerCostModel(env::tunerTable(), env::slotBytes());
+    if (m.isOk()) return m.take();
+    LOOM_WARN(kTune, "%s; using the default costs", m.status().message().c_str());
+    return algo::tunerCostModel("", env::slotBytes()).take();
+  }();
+  return model;
+}
+
 algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t elemSize,
                       const std::vector<int>& hostOf) {
   using algo::Algo;
@@ -129,10 +141,10 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  algo::CostModel model = algo::defaultCostModel();
-  model.slotBytes = static_cast<size_t>(std::max<int64_t>(env::slotBytes(), 64));
+  algo::CostModel model = tunerModel();
   algo::LinkMap links;
   links.hostOf = hostOf;
+  links.ringOrder = algo::hostMajorOrder(hostOf);
   links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
   links.inter = comm.netLink();
   if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
@@ -188,8 +200,9 @@ Status runCollective(Comm& comm, const Call& c) {
     }
     s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
   } else {
-    algo::Schedule sched = algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root,
-                                       c.count, isInPlace(comm, c, op.elemSize), hostOf);
+    algo::Schedule sched =
+        algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root, c.count,
+                    isInPlace(comm, c, op.elemSize), hostOf, comm.ringOrder());
     dumpSchedule(sched);
     if (op.record != nullptr) {
       op.record->algorithm = sched.algorithm;

@@ -212,6 +212,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     if (it == hosts.end()) it = hosts.insert(hosts.end(), &p.host);
     c->hostOf_.push_back(static_cast<int>(it - hosts.begin()));
   }
+  c->ringOrder_ = algo::hostMajorOrder(c->hostOf_);
 
   // Ranks of this host talk over shared memory (unless disabled); others over ib where both
   // ends have a port, else TCP.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "algorithms/cost.h"
+#include "algorithms/schedule.h"
 #include "algorithms/kernels/cpu/reduce.h"
 #include "bootstrap/bootstrap.h"
 #include "loom/loom.h"
@@ -70,6 +71,8 @@ class Comm {
   const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
   // hostOf[r]: an index per distinct host identity, in order of first appearance.
   const std::vector<int>& hostLayout() const { return hostOf_; }
+  // The ring order of ranks, each host's ranks together (algo::hostMajorOrder).
+  const std::vector<int>& ringOrder() const { return ringOrder_; }
   bootstrap::Bootstrap& bootstrap() { return *bootstrap_; }
   // Every rank's host merged into one graph (src/comm/topo_setup.h); nullptr when
   // LOOM_TOPO_DISABLE=1 or a host could not be described.
@@ -156,6 +159,7 @@ class Comm {
   CommOptions options_;
   std::vector<PeerInfo> peers_;
   std::vector<int> hostOf_;
+  std::vector<int> ringOrder_;
   algo::Link netLink_ = algo::Link::Tcp;
   std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist
   struct Registration {

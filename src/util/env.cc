@@ -60,6 +60,9 @@ constexpr Var kVars[] = {
      "algorithms the tuner may pick: ring, tree, rhd, hier, chain, direct; a list for every "
      "collective or per collective (allreduce:ring,tree;allgather:ring); ^ excludes",
      "NCCL_ALGO"},
+    {"LOOM_TUNER_TABLE", "",
+     "a measured cost table for the tuner (lines: link alpha_us GB/s [overhead_us]; "
+     "links shm, tcp, nvlink, pcie, net; reduce GB/s) over its defaults"},
     {"LOOM_PROTO", "",
      "protocols: LL (input and flag in one cache line, up to 56 B) or simple; same syntax as "
      "LOOM_ALGO",
@@ -142,6 +145,7 @@ LOOM_ENV_STRING(traceDir, "LOOM_TRACE_DIR")
 LOOM_ENV_STRING(injectDelay, "LOOM_INJECT_DELAY")
 LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
 LOOM_ENV_STRING(topoFile, "LOOM_TOPO_FILE")
+LOOM_ENV_STRING(tunerTable, "LOOM_TUNER_TABLE")
 LOOM_ENV_STRING(topoDumpFile, "LOOM_TOPO_DUMP_FILE")
 bool topoDisable() {
   static const bool value = toInt("LOOM_TOPO_DISABLE") != 0;

@@ -39,6 +39,7 @@ const std::string& traceDir();       // LOOM_TRACE_DIR
 const std::string& injectDelay();    // LOOM_INJECT_DELAY (parsed by src/trace)
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
 const std::string& topoFile();       // LOOM_TOPO_FILE
+const std::string& tunerTable();     // LOOM_TUNER_TABLE
 const std::string& topoDumpFile();   // LOOM_TOPO_DUMP_FILE
 bool topoDisable();                  // LOOM_TOPO_DISABLE
 bool cudaIpcDisable();               // LOOM_CUDA_IPC_DISABLE

@@ -110,6 +110,49 @@ TEST(CostModelTest, PredictsAHandComputedExchange) {
   EXPECT_TRUE(std::isinf(predictUs(s, 4, model, links)));
 }
 
+// Per-message overhead: each end of every message is busy for it, so two messages
+// in a row to one peer cost the sender 2 o and the receiver 2 o after the first arrival.
+TEST(CostModelTest, PricesPerMessageOverheadAtBothEnds) {
+  CostModel model = defaultCostModel();
+  model.links[static_cast<int>(Link::Tcp)] = {10, 0.01, 3};
+  model.reduce_us_per_byte = 0;
+  LinkMap links;
+  links.hostOf = {0, 1};
+  std::vector<Schedule> s;
+  for (int r = 0; r < 2; ++r) s.push_back(emptySchedule(Coll::AllGather, "test", r, 2, -1, 100));
+  s[0].channels[0] = {makeStep(StepOp::Send, -1, 1, {Buf::Send, 0}, {}, 100),
+                      makeStep(StepOp::Send, -1, 1, {Buf::Send, 0}, {}, 100)};
+  s[1].channels[0] = {makeStep(StepOp::Recv, 0, -1, {}, {Buf::Recv, 0}, 100),
+                      makeStep(StepOp::Recv, 0, -1, {}, {Buf::Recv, 0}, 100)};
+  // Sender: (3 + 400 * 0.01) per message, the second leaves at 14 and lands at 24; the
+  // receiver takes the first at 17 + 3 = 20, the second at max(20, 24) + 3 = 27.
+  EXPECT_NEAR(predictUs(s, 4, model, links), 27.0, 1e-9);
+  model.links[static_cast<int>(Link::Tcp)].overhead_us = 0;
+  EXPECT_NEAR(predictUs(s, 4, model, links), 18.0, 1e-9);  // 8 + 10
+}
+
+TEST(CostModelTest, TableOverridesNamedLinksOnly) {
+  CostModel m = defaultCostModel();
+  const CostModel d = defaultCostModel();
+  Status st = applyCostTable("# measured\n tcp 12.5 0.125 4  # shaped\n\nreduce 5\n", "t", &m);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_DOUBLE_EQ(m.link(Link::Tcp).alpha_us, 12.5);
+  EXPECT_DOUBLE_EQ(m.link(Link::Tcp).beta_us_per_byte, 1.0 / 125);
+  EXPECT_DOUBLE_EQ(m.link(Link::Tcp).overhead_us, 4);
+  EXPECT_DOUBLE_EQ(m.reduce_us_per_byte, 1.0 / 5e3);
+  EXPECT_DOUBLE_EQ(m.link(Link::Shm).alpha_us, d.link(Link::Shm).alpha_us);
+  EXPECT_DOUBLE_EQ(m.link(Link::Shm).overhead_us, 0);
+  // Errors name the source, the line and what is wrong.
+  for (const char* bad : {"tcp 1\n", "eth 1 2\n", "shm 1 0\n", "shm -1 2\n", "shm 1 2 3 4\n",
+                          "nvlink 1 2 -3\n", "reduce x\n"}) {
+    Status e = applyCostTable(std::string("\n") + bad, "table.txt", &m);
+    EXPECT_EQ(e.code(), loomInvalidArgument) << bad;
+    EXPECT_NE(e.message().find("table.txt:2:"), std::string::npos) << e.message();
+  }
+  EXPECT_FALSE(tunerCostModel("/nonexistent/table", 0).isOk());
+  EXPECT_EQ(tunerCostModel("", 0).value().slotBytes, 64u);
+}
+
 TEST(CostModelTest, FitRecoversAlphaBeta) {
   std::mt19937 rng(7);
   std::normal_distribution<double> noise(0.0, 0.05);

@@ -2,6 +2,7 @@
 // and bandwidths checked against arithmetic done by hand from the fixture text, lossless
 // dump/load, merging hosts, ring search, and clear errors for malformed files.
 #include "topology/topology.h"
+#include "algorithms/graph_links.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/graph_links.h"
 #include "topology/search.h"
 
 namespace loom::topo {
@@ -497,6 +499,11 @@ Result<RingPlan> planFor(const System& s, int ranksPerHost) {
   return searchRings(s, ranks);
 }
 
+// `hosts` copies of the machine a fixture describes.
+Result<System> loadHosts(const std::string& path, int hosts) {
+  return replicateHost(load(path), hosts);
+}
+
 TEST(TopoRings, Dgx2SingleHostIsAllNvlink) {
   SKIP_WITHOUT_SHARED();
   System s = load(kShared + "/hwloc/nvidiaDGX2.xml");
@@ -513,8 +520,7 @@ TEST(TopoRings, Dgx2SingleHostIsAllNvlink) {
 
 TEST(TopoRings, Dgx2TwoHostsWithoutNicsStayNvlinkInside) {
   SKIP_WITHOUT_SHARED();
-  System one = load(kShared + "/hwloc/nvidiaDGX2.xml");
-  auto s = replicateHost(one, 2);
+  auto s = loadHosts(kShared + "/hwloc/nvidiaDGX2.xml", 2);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   auto plan = planFor(s.value(), 16);
   ASSERT_TRUE(plan.isOk()) << plan.status().message();
@@ -574,6 +580,79 @@ TEST(TopoRings, P4dFourHostsNvlinkInsideNicAlignedBetween) {
     for (const TreeHint& t : ch.tree) EXPECT_GE(t.net, 0);
   }
   EXPECT_EQ(netDevs.size(), 4u);  // every NIC used
+}
+
+// The tuner's choices on the fixtures, from the links the graph gives it.
+algo::Algo cheapest(const algo::GraphLinks& g, size_t bytes, double* us = nullptr) {
+  const int n = static_cast<int>(g.links.hostOf.size());
+  std::vector<algo::Algo> cands = {algo::Algo::Ring, algo::Algo::Tree, algo::Algo::Rhd};
+  if (g.links.hosts() > 1) cands.push_back(algo::Algo::Hier);
+  algo::Algo best = cands[0];
+  double bestUs = 0;
+  for (algo::Algo a : cands) {
+    const double t = algo::estimateUs(a, algo::Coll::AllReduce, n, bytes / 4, 4, g.model, g.links);
+    if (a == cands[0] || t < bestUs) best = a, bestUs = t;
+  }
+  if (us != nullptr) *us = bestUs;
+  return best;
+}
+
+TEST(TopoTuner, Dgx2RingsOverNvlink) {
+  SKIP_WITHOUT_SHARED();
+  System s = load(kShared + "/hwloc/nvidiaDGX2.xml");
+  auto ranks = placeRanks(s, 16);
+  ASSERT_TRUE(ranks.isOk());
+  auto g = algo::linksFromGraph(s, ranks.value(), algo::defaultCostModel());
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  // Inside the host every hop is NVLink through the NVSwitch: 6 links x 20 GB/s (sm70).
+  EXPECT_EQ(g.value().links.intra, algo::Link::NvLink);
+  EXPECT_DOUBLE_EQ(g.value().intraGBps, 120.0);
+  EXPECT_EQ(g.value().links.hosts(), 1);
+  EXPECT_EQ(g.value().links.ringOrder.size(), 16u);
+  // 256 MiB: a bandwidth-optimal schedule, never the tree (which sends the whole buffer
+  // up and down). Each rank sends 2 x 15/16 of the buffer at 120 GB/s (2 * 15/16 *
+  // 268435456 B / 120e3 B/us = 4194 us) and reduces 15/16 of it at the model's 20 GB/s
+  // (12583 us; the graph says nothing of reduction rates); pipeline fill adds under 30%.
+  double us = 0;
+  const algo::Algo big = cheapest(g.value(), size_t{256} << 20, &us);
+  EXPECT_TRUE(big == algo::Algo::Ring || big == algo::Algo::Rhd) << algo::algoName(big);
+  const double byHand = 2 * 15.0 / 16 * 268435456 / 120e3 + 15.0 / 16 * 268435456 / 20e3;
+  EXPECT_GT(us, byHand);
+  EXPECT_LT(us, 1.3 * byHand);
+  // 8 B: a logarithmic schedule, not the 30-step ring.
+  EXPECT_NE(cheapest(g.value(), 8), algo::Algo::Ring);
+}
+
+TEST(TopoTuner, P4dFourHostsNicAlignedRingAndHierForLargeMessages) {
+  SKIP_WITHOUT_SHARED();
+  auto s = loadHosts(kData + "/aws-p4d-fused.nccl.xml", 4);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  auto ranks = placeRanks(s.value(), 8);
+  ASSERT_TRUE(ranks.isOk());
+  auto g = algo::linksFromGraph(s.value(), ranks.value(), algo::defaultCostModel());
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  const algo::GraphLinks& gl = g.value();
+  // NVLink inside each host (12 links x 20 GB/s = 240 GB/s, sm80), the network between
+  // them: 4 rings, one per EFA port, 12 GB/s each (the GPU -> switch -> NIC PCIe hop).
+  EXPECT_EQ(gl.links.intra, algo::Link::NvLink);
+  EXPECT_DOUBLE_EQ(gl.intraGBps, 240.0);
+  EXPECT_EQ(gl.links.inter, algo::Link::Net);
+  EXPECT_EQ(gl.channels, 4);
+  EXPECT_DOUBLE_EQ(gl.interGBps, 48.0);
+  // The ring keeps each host's 8 ranks together: 4 crossings between hosts.
+  const std::vector<int>& order = gl.links.ringOrder;
+  ASSERT_EQ(order.size(), 32u);
+  int crossings = 0;
+  for (size_t p = 0; p < order.size(); ++p)
+    crossings += gl.links.hostOf[static_cast<size_t>(order[p])] !=
+                 gl.links.hostOf[static_cast<size_t>(order[(p + 1) % order.size()])];
+  EXPECT_EQ(crossings, 4);
+  // Large messages: across hosts each host sends 2 x 3/4 of its share through 48 GB/s
+  // with hier, 2 x 31/32 of the buffer with the flat ring; hier or the ring, never the
+  // tree. Small ones: not the 62-step flat ring.
+  const algo::Algo big = cheapest(gl, size_t{256} << 20);
+  EXPECT_TRUE(big == algo::Algo::Hier || big == algo::Algo::Ring) << algo::algoName(big);
+  EXPECT_NE(cheapest(gl, 8), algo::Algo::Ring);
 }
 
 TEST(TopoRings, P4dSingleHostNvlinkRing) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -233,6 +234,54 @@ INSTANTIATE_TEST_SUITE_P(
                                          Builder::RhdAllGather, Builder::Hier),
                        ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
     newSweepName);
+
+// Rings in a searched order: the ranks renumbered around the ring, the results where
+// the collective defines them, for a random permutation and for host-major order of
+// ranks dealt round-robin onto 4 hosts.
+class RingOrderSweep : public ::testing::TestWithParam<std::tuple<Coll, int, bool>> {};
+
+TEST_P(RingOrderSweep, Verifies) {
+  const auto [coll, n, inPlace] = GetParam();
+  std::vector<int> shuffled(static_cast<size_t>(n)), dealt(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) shuffled[static_cast<size_t>(r)] = r, dealt[static_cast<size_t>(r)] = r % 4;
+  std::mt19937 rng(static_cast<unsigned>(n));
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  for (const std::vector<int>& order : {shuffled, hostMajorOrder(dealt)}) {
+    const std::vector<size_t> counts = n > 64 ? std::vector<size_t>{1, 7}
+                                              : std::vector<size_t>{0, 1, 7, 2 * static_cast<size_t>(n) + 1};
+    for (size_t count : counts) {
+      std::vector<Schedule> s;
+      for (int r = 0; r < n; ++r) s.push_back(buildRingInOrder(coll, r, n, count, order));
+      for (size_t slot : {size_t{16}, size_t{4096}}) {
+        VerifyResult r = verify(s, opts(slot, minFifoDepth(coll, n), inPlace));
+        ASSERT_TRUE(r.ok) << collName(coll) << " nranks=" << n << " count=" << count
+                          << " slotBytes=" << slot << " inPlace=" << inPlace << ": " << r.error;
+      }
+    }
+  }
+  // Host-major order of the dealt layout: 4 crossings between hosts, where rank order
+  // crosses at every hop.
+  if (n >= 8) {
+    const std::vector<int> order = hostMajorOrder(dealt);
+    int crossings = 0;
+    for (int p = 0; p < n; ++p)
+      crossings += dealt[static_cast<size_t>(order[static_cast<size_t>(p)])] !=
+                   dealt[static_cast<size_t>(order[static_cast<size_t>((p + 1) % n)])];
+    EXPECT_EQ(crossings, 4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, RingOrderSweep,
+                         ::testing::Combine(::testing::Values(Coll::AllReduce, Coll::AllGather,
+                                                              Coll::ReduceScatter),
+                                            ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
+                         sweepName);
+
+TEST(VerifierTest, HostMajorOrderIsEmptyForRankOrder) {
+  EXPECT_TRUE(hostMajorOrder({0, 0, 1, 1}).empty());
+  EXPECT_TRUE(hostMajorOrder({}).empty());
+  EXPECT_EQ(hostMajorOrder({5, 3, 5, 3}), (std::vector<int>{0, 2, 1, 3}));
+}
 
 // Every single change to a step of the new builders' schedules is caught.
 TEST(VerifierTest, NewBuildersEveryMutationFails) {
