@@ -17,7 +17,7 @@ Result<GraphLinks> linksFromGraph(const topo::System& system,
   const topo::Channel& ch = plan.channels[0];
   g.links.ringOrder = ch.ring;
   bool allNvlink = true, gpus = false, ports = false;
-  double intra = 0, inter = 0;
+  double intra = 0;
   for (const topo::Hop& h : ch.hops) {
     gpus = gpus || ranks[static_cast<size_t>(h.from)].kind == topo::NodeType::Gpu;
     if (h.type == topo::PathType::Net) {
