@@ -6,6 +6,7 @@
 #                       (their choice of files depends on the compiler)
 #   src/googletest      GoogleTest's sources (run.sh builds them with the GPU machine's compiler,
 #                       so no binary from this machine has to match that one's C++ library)
+#   openssl/            OpenSSL's headers and static libcrypto (a C library)
 # Everything else the GPU build needs (CMake, ninja, nvcc, a C++ compiler, Python) is on the GPU
 # machine; the GPU build leaves out topology detection (hwloc, libxml2), loom-trace
 # (nlohmann-json), the NCCL shim and the peers (LOOM_TOPOLOGY=OFF, LOOM_BUILD_TOOLS=OFF,
@@ -37,5 +38,12 @@ rm -f "$deps"
 gtest_src=/usr/src/googletest
 [ -f "$gtest_src/CMakeLists.txt" ] || { echo "prepare.sh: no $gtest_src (apt-get install googletest)" >&2; exit 1; }
 cp -r "$gtest_src" "$dest/src/googletest"
+
+# OpenSSL's libcrypto (the handshake's MACs): its headers, and the static library for a machine
+# whose own libcrypto.so.3 cannot be found (run.sh prefers that one).
+mkdir -p "$dest/openssl/include" "$dest/openssl/lib"
+cp -r /usr/include/openssl "$dest/openssl/include/"
+cp /usr/include/x86_64-linux-gnu/openssl/*.h "$dest/openssl/include/openssl/"
+cp /usr/lib/x86_64-linux-gnu/libcrypto.a "$dest/openssl/lib/"
 
 echo "prepare.sh: $dest holds $(find "$dest" -type f | wc -l) files, $(du -sh "$dest" | cut -f1)"

@@ -82,8 +82,23 @@ build_gtest() {
     -DBUILD_GMOCK=OFF -DCMAKE_INSTALL_PREFIX="$gtest_prefix" -DCMAKE_INSTALL_LIBDIR=lib >/dev/null &&
     cmake --build "$build/gtest" -j "$jobs" >/dev/null && cmake --install "$build/gtest" >/dev/null
 }
+# libcrypto: the machine's own OpenSSL 3 (Python's ssl module brings one) with the carried
+# headers, else the carried static library.
+openssl_args() {
+  local so
+  so=$(ldconfig -p 2>/dev/null | sed -n 's|.*libcrypto\.so\.3 (libc6,x86-64) => ||p' | head -1)
+  if [ -n "$so" ]; then
+    mkdir -p "$build/openssl/lib"
+    ln -sf "$so" "$build/openssl/lib/libcrypto.so"
+    echo "-DOPENSSL_INCLUDE_DIR=$deps/openssl/include -DOPENSSL_CRYPTO_LIBRARY=$build/openssl/lib/libcrypto.so"
+  else
+    echo "-DOPENSSL_INCLUDE_DIR=$deps/openssl/include -DOPENSSL_CRYPTO_LIBRARY=$deps/openssl/lib/libcrypto.a"
+  fi
+}
 configure() {
+  # shellcheck disable=SC2046
   cmake -S "$root" -B "$build/loom" -G "$gen" -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
+    $(openssl_args) \
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="$archs" \
     -DLOOM_TOPOLOGY=OFF -DLOOM_BUILD_TOOLS=OFF -DLOOM_NCCL_SHIM=OFF \
     -DCMAKE_PREFIX_PATH="$gtest_prefix;$deps" -DBoost_INCLUDE_DIR="$deps/include" \
