@@ -118,8 +118,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                                   (*info.param.algo ? std::string("_") + info.param.algo : "");
                          });
 
-// Every new builder forced by LOOM_ALGO on 2, 3, 5 and 8 ranks, over shared
-// memory and TCP; each rank checks every case against the scalar reference.
+// Every new builder forced by LOOM_ALGO on 2, 3, 5 and 8 ranks over shared
+// memory, 3 and 8 over TCP; each rank checks every case against the scalar reference.
 // All ranks share this host, so hier runs its one-host form here (direct
 // reduce-scatter and all-gather in the host); its cross-host phase runs in
 // the verifier's sweeps over host layouts.
@@ -132,7 +132,9 @@ std::vector<Config> forcedConfigs() {
   for (const char* algo : {"tree", "rhd", "hier"})
     for (bool shm : {true, false})
       for (int n : {2, 3, 5, 8})
-        out.push_back(Config{n, shm, algo, std::string(algo) == "rhd" ? rhd : allReduce});
+        // Over TCP (slower to run, same schedules) an odd and a power-of-two rank count.
+        if (shm || n == 3 || n == 8)
+          out.push_back(Config{n, shm, algo, std::string(algo) == "rhd" ? rhd : allReduce});
   // Per-collective and exclusion forms of the syntax.
   out.push_back(Config{5, false, "allreduce:rhd;allgather:rhd", rhd});
   out.push_back(Config{4, true, "^direct,ring", allReduce});
