@@ -54,6 +54,11 @@ struct Call {
   int root = -1;  // root, or peer for Send/Recv
   loomComm* comm = nullptr;
   loomStream_t stream = nullptr;  // device buffers only (api/device.h)
+  // Set when the call was queued on a non-blocking communicator's worker: its sequence
+  // number and flight-recorder entry (state Enqueued), taken when the caller made it. For
+  // send/receive calls, the group's first one carries them.
+  uint64_t seq = 0;
+  trace::OpRecord* queued = nullptr;
 };
 
 // The reduction of a call (built-in op or the communicator's PreMulSum).

@@ -175,14 +175,20 @@ int64_t deadlineFrom(const Comm& comm, const trace::OpRecord* record) {
 Status runCollective(Comm& comm, const Call& c) {
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
-  op.seq = comm.nextSeq();
+  op.seq = c.seq != 0 ? c.seq : comm.nextSeq();
   op.sendbuff = c.sendbuff;
   op.recvbuff = c.recvbuff;
   op.elemSize = kernels::typeSize(c.dtype);
   LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
   trace::FlightRecorder& rec = comm.recorder();
-  op.record = rec.begin(op.seq, op.name, c.count, c.dtype, c.op, c.root);
-  op.deadlineNs = deadlineFrom(comm, op.record);
+  if (c.seq != 0) {
+    // Queued: entered when the caller made it; the timeout runs from now.
+    op.record = rec.start(c.queued, op.seq, op.name, c.count, c.dtype, c.op, c.root);
+    op.deadlineNs = deadlineFrom(comm, nullptr);
+  } else {
+    op.record = rec.begin(op.seq, op.name, c.count, c.dtype, c.op, c.root);
+    op.deadlineNs = deadlineFrom(comm, op.record);
+  }
   Status s;
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text
   const std::vector<int>& hostOf = comm.hostLayout();
@@ -196,6 +202,7 @@ Status runCollective(Comm& comm, const Call& c) {
     const bool symmetric = bytes <= static_cast<size_t>(env::directSymMax());
     if (op.record != nullptr) {
       op.record->algorithm = "direct";
+      op.record->channels = 1;
       op.record->proto = exec::directUsesLL(bytes) ? "LL" : symmetric ? "symmetric" : "slices";
     }
     s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
@@ -206,6 +213,7 @@ Status runCollective(Comm& comm, const Call& c) {
     dumpSchedule(sched);
     if (op.record != nullptr) {
       op.record->algorithm = sched.algorithm;
+      op.record->channels = static_cast<int>(sched.channels.size());
       op.record->proto = "simple";
     }
     s = exec::run(comm, sched, op);
@@ -221,8 +229,10 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     return Status(prior.code(), comm.describe() + ": communicator failed earlier: " +
                                     prior.message());
   std::vector<exec::P2POp> p2p;
+  const Call* firstP2P = nullptr;
   for (const Call& c : calls) {
     if (c.kind == Call::Collective) continue;
+    if (firstP2P == nullptr) firstP2P = &c;
     exec::P2POp o;
     o.isSend = c.kind == Call::Send;
     o.peer = c.root;
@@ -235,10 +245,15 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
   if (!p2p.empty()) {
     exec::OpArgs op;
     op.name = "sendrecv";
-    op.seq = comm.nextSeq();
-    op.record = comm.recorder().begin(op.seq, op.name, p2p.size(), loomUint8, 0, -1);
-    op.deadlineNs = deadlineFrom(comm, op.record);
-    if (op.record != nullptr) op.record->algorithm = "p2p";
+    const bool queued = firstP2P->seq != 0;
+    op.seq = queued ? firstP2P->seq : comm.nextSeq();
+    op.record = comm.recorder().start(queued ? firstP2P->queued : nullptr, op.seq, op.name,
+                                      p2p.size(), loomUint8, 0, -1);
+    op.deadlineNs = deadlineFrom(comm, queued ? nullptr : op.record);
+    if (op.record != nullptr) {
+      op.record->algorithm = "p2p";
+      op.record->channels = 1;
+    }
     s = exec::runP2P(comm, p2p, op);
     comm.recorder().end(op.record, s);
     if (s.isOk()) comm.publishCompleted(op.seq);
@@ -293,6 +308,22 @@ namespace {
 // Non-blocking communicators: the calls run on the communicator's worker, after those queued
 // before them. The handle outlives its worker (loomCommDestroy/Abort stop it first).
 Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
+  // Numbered and recorded (Enqueued) now, in the order the worker runs them: the group's
+  // sends and receives first, as one operation, then its collectives.
+  trace::FlightRecorder& rec = comm->recorder();
+  size_t p2pCount = 0;
+  Call* firstP2P = nullptr;
+  for (Call& c : calls)
+    if (c.kind != Call::Collective && p2pCount++ == 0) firstP2P = &c;
+  if (firstP2P != nullptr) {
+    firstP2P->seq = comm->nextSeq();
+    firstP2P->queued = rec.enqueue(firstP2P->seq, "sendrecv", p2pCount, loomUint8, 0, -1);
+  }
+  for (Call& c : calls) {
+    if (c.kind != Call::Collective) continue;
+    c.seq = comm->nextSeq();
+    c.queued = rec.enqueue(c.seq, algo::collName(c.coll), c.count, c.dtype, c.op, c.root);
+  }
   h->worker->post([comm, calls = std::move(calls)] { return runCalls(*comm, calls); });
   return inProgress();
 }

@@ -96,8 +96,9 @@ class Comm {
   // steal the core of the rank it waits for).
   uint64_t spinCount() const { return spinCount_; }
 
-  uint64_t nextSeq() { return ++seq_; }
-  uint64_t lastSeq() const { return seq_; }
+  // Atomic: a non-blocking communicator numbers calls on the caller's thread as it queues them.
+  uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  uint64_t lastSeq() const { return seq_.load(std::memory_order_relaxed); }
   std::mutex& opMutex() { return opMutex_; }
 
   bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
@@ -176,7 +177,7 @@ class Comm {
   std::unique_ptr<transport::ShmLinks> shm_;
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<transport::Connection*> netConns_;
-  uint64_t seq_ = 0;
+  std::atomic<uint64_t> seq_{0};
   uint32_t directRound_ = 0;
   uint64_t spinCount_ = 0;
   std::mutex opMutex_;

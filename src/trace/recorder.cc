@@ -65,6 +65,28 @@ const InjectDelay& injectDelay() {
 
 OpRecord* FlightRecorder::begin(uint64_t seq, const char* coll, size_t count, int dtype, int op,
                                 int root) {
+  return make(seq, coll, count, dtype, op, root, OpState::Started);
+}
+
+OpRecord* FlightRecorder::enqueue(uint64_t seq, const char* coll, size_t count, int dtype,
+                                  int op, int root) {
+  return make(seq, coll, count, dtype, op, root, OpState::Enqueued);
+}
+
+OpRecord* FlightRecorder::start(OpRecord* queued, uint64_t seq, const char* coll, size_t count,
+                                int dtype, int op, int root) {
+  if (queued != nullptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queued->seq == seq && queued->state == OpState::Enqueued) {
+      queued->state = OpState::Started;
+      return queued;
+    }
+  }
+  return begin(seq, coll, count, dtype, op, root);
+}
+
+OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int dtype, int op,
+                               int root, OpState state) {
   if (ring_.empty()) return nullptr;
   const InjectDelay& inject = injectDelay();
   if (inject.rank == rank_ && seq % inject.every == 0)
@@ -78,7 +100,7 @@ OpRecord* FlightRecorder::begin(uint64_t seq, const char* coll, size_t count, in
   r.dtype = dtype;
   r.op = op;
   r.root = root;
-  r.state = OpState::Started;
+  r.state = state;
   r.enterNs = nowNs();
   return &r;
 }
@@ -161,7 +183,8 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
     o << (i ? "," : "") << "{\"seq\":" << r.seq << ",\"coll\":\"" << r.coll
       << "\",\"algorithm\":\"" << r.algorithm << "\",\"proto\":\"" << r.proto
       << "\",\"count\":" << r.count << ",\"dtype\":" << r.dtype << ",\"op\":" << r.op
-      << ",\"root\":" << r.root << ",\"state\":\"" << stateName(r.state)
+      << ",\"root\":" << r.root << ",\"channels\":" << r.channels
+      << ",\"state\":\"" << stateName(r.state)
       << "\",\"enterNs\":" << r.enterNs << ",\"endNs\":" << r.endNs
       << ",\"waitNs\":" << r.waitNs << ",\"waitPeer\":" << r.waitPeer
       << ",\"maxWaitNs\":" << r.maxWaitNs << ",\"lastRank\":" << r.lastRank

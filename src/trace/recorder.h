@@ -35,6 +35,7 @@ struct OpRecord {
   int dtype = 0;
   int op = 0;
   int root = -1;
+  int channels = 0;        // the schedule's channels (1 for the direct and send/receive paths)
   OpState state = OpState::Enqueued;
   int64_t enterNs = 0;     // the caller entered Loom
   int64_t endNs = 0;       // completed or failed
@@ -72,7 +73,19 @@ class FlightRecorder {
   bool enabled() const { return !ring_.empty(); }
   // Starts a record (state Started); returns it, or nullptr when disabled.
   OpRecord* begin(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root);
+  // A record for an operation queued to run later (a non-blocking communicator's worker): state
+  // Enqueued, entered now. start() turns it Started when it runs, or begins a new record if
+  // the ring has reused it meanwhile (more than capacity operations were queued).
+  OpRecord* enqueue(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root);
+  OpRecord* start(OpRecord* queued, uint64_t seq, const char* coll, size_t count, int dtype,
+                  int op, int root);
   void end(OpRecord* r, const Status& s);
+
+ private:
+  OpRecord* make(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root,
+                 OpState state);
+
+ public:
   // Adds one wait of `ns` on `peer` to the current record.
   static void addWait(OpRecord* r, int peer, int64_t ns) {
     if (r == nullptr) return;

@@ -360,6 +360,91 @@ TEST(Straggler, DirectFirstArrivalsLowLatency) { directFirstArrivals(4, "LL"); }
 TEST(Straggler, DirectFirstArrivalsSlices) { directFirstArrivals(300000, "slices"); }
 
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
+// (state, channels) of every operation in a dump, in order.
+std::vector<std::pair<std::string, int>> statesOf(const std::string& json) {
+  std::vector<std::pair<std::string, int>> out;
+  for (size_t p = json.find("{\"seq\":"); p != std::string::npos;
+       p = json.find("{\"seq\":", p + 1)) {
+    const size_t c = json.find("\"channels\":", p);
+    const size_t st = json.find("\"state\":\"", p);
+    if (c == std::string::npos || st == std::string::npos) break;
+    const size_t from = st + 9;
+    out.push_back({json.substr(from, json.find('"', from) - from),
+                   std::atoi(json.c_str() + c + 11)});
+  }
+  return out;
+}
+
+// A non-blocking communicator records a call when it is made (state enqueued, entry time the
+// caller's), turns it started when the worker runs it, and completed after; with the channel
+// count of what ran. Rank 1 queues its all-reduces 400 ms late, so rank 0's first one waits
+// and the two behind it are still queued when rank 0 dumps its trace.
+TEST(Straggler, QueuedOperationsAreRecordedEnqueuedThenStarted) {
+  TempDir tmp;
+  const std::string dir = tmp.path;
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.initComm = false;
+  opts.timeoutMs = 60000;
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    auto fail = [&](const std::string& what) {
+      fprintf(stderr, "rank %d: FAIL %s\n", ctx.rank, what.c_str());
+      return 1;
+    };
+    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    if (loomGetUniqueId(&ctx.id) != loomSuccess) return fail("loomGetUniqueId");
+    loomResult_t r = loomCommInitRankConfig(&ctx.comm, 2, ctx.id, ctx.rank, &cfg);
+    auto poll = [&](double limitS) {
+      const double t0 = nowSeconds();
+      loomResult_t state = loomInProgress;
+      while (loomCommGetAsyncError(ctx.comm, &state) == loomSuccess && state == loomInProgress &&
+             nowSeconds() - t0 < limitS)
+        usleep(1000);
+      return state;
+    };
+    if ((r != loomInProgress && r != loomSuccess) || poll(30) != loomSuccess)
+      return fail(std::string("init: ") + loomGetLastError(nullptr));
+    if (ctx.rank == 1) usleep(400000);
+    std::vector<float> x(4096, static_cast<float>(ctx.rank + 1));
+    std::vector<std::vector<float>> y(3, std::vector<float>(x.size(), -1));
+    for (auto& out : y)
+      if (loomAllReduce(x.data(), out.data(), x.size(), loomFloat32, loomSum, ctx.comm,
+                        nullptr) != loomInProgress)
+        return fail("a queued all-reduce did not return loomInProgress");
+    if (ctx.rank == 0) {
+      usleep(150000);
+      const std::string path = dir + "/queued.json";
+      if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess)
+        return fail(std::string("dump: ") + loomGetLastError(nullptr));
+      auto ops = statesOf(readFile(path));
+      if (ops.size() < 3) return fail("the dump holds " + std::to_string(ops.size()) + " ops");
+      ops.erase(ops.begin(), ops.end() - 3);
+      if (ops[0].first != "started" || ops[1].first != "enqueued" || ops[2].first != "enqueued")
+        return fail("while rank 1 is late: " + ops[0].first + ", " + ops[1].first + ", " +
+                    ops[2].first + " (expected started, enqueued, enqueued)");
+    }
+    if (poll(30) != loomSuccess) return fail(std::string("ops: ") + loomGetLastError(nullptr));
+    for (const auto& out : y)
+      for (float v : out)
+        if (v != 3.0f) return fail("all-reduce gave " + std::to_string(v) + ", expected 3");
+    if (ctx.rank == 0) {
+      const std::string path = dir + "/done.json";
+      if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return fail("second dump");
+      auto ops = statesOf(readFile(path));
+      if (ops.size() < 3) return fail("the second dump holds too few ops");
+      for (auto it = ops.end() - 3; it != ops.end(); ++it)
+        if (it->first != "completed" || it->second != 1)
+          return fail("after completion: " + it->first + ", channels " +
+                      std::to_string(it->second) + " (expected completed, 1: direct)");
+    }
+    loomCommDestroy(ctx.comm);
+    ctx.comm = nullptr;
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 TEST(Straggler, Sigusr1DumpsTheTrace) {
   TempDir tmp;
   const std::string& dir = tmp.path;
