@@ -141,8 +141,10 @@ TEST(Straggler, LateRankIsNamedOnTheRingOverTcp) {
     // Operations 2, 4, ..., 20 were delayed: rank 2 came last in each, about 50 ms late.
     if (late.timesLast < static_cast<unsigned long long>(kRingOps / 2)) return 4;
     if (late.maxLateUs < kDelayUs * 0.8 || late.maxLateUs > kDelayUs * 5) return 5;
+    // The others are on time: their mean lateness, not their maximum, so that one rank
+    // descheduled once (4 ranks on 2 cores, other work on the machine) does not count.
     for (int r = 0; r < ctx.nranks; ++r)
-      if (r != 2 && st[static_cast<size_t>(r)].maxLateUs > kDelayUs / 2) return 6;
+      if (r != 2 && st[static_cast<size_t>(r)].meanLateUs > kDelayUs / 4) return 6;
     std::string path = dir + "/ring-rank" + std::to_string(ctx.rank) + ".json";
     if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 7;
     const std::string json = readFile(path);
