@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start 2: install, build, and run the whole test suite, then a short fuzzing run of every
-# wire parser (LOOM_FUZZ_SECONDS per target, default 20; 0 skips it), then the unit and
+# wire parser (LOOM_FUZZ_SECONDS per target, default 10; 0 skips it), then the unit and
 # multi-process suites on an AddressSanitizer + UndefinedBehaviorSanitizer build
 # (scripts/sanitize.sh; LOOM_SANITIZE_CHECK=0 skips it, =thread runs ThreadSanitizer's set too).
 # LOOM_SANITIZE=1 runs the whole suite on an AddressSanitizer + UndefinedBehaviorSanitizer build.
@@ -16,7 +16,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Label sanitize marks the sanitizer run's smaller stand-ins (scripts/sanitize.sh).
 (cd "$dir" && ctest --output-on-failure --timeout 900 -LE '^sanitize$' "$@")
-fuzz_s=${LOOM_FUZZ_SECONDS:-20}
+fuzz_s=${LOOM_FUZZ_SECONDS:-10}
 if [ "$fuzz_s" != 0 ]; then
   LOOM_FUZZ_JOBS=${LOOM_FUZZ_JOBS:-2} ./scripts/fuzz.sh "$fuzz_s"
 fi

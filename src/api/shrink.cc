@@ -5,9 +5,10 @@
 // nothing travels: every rank that stays derives the same new id by itself. The secret comes
 // from the parent's secret, the number of shrinks the parent has seen and the excluded set;
 // the root is hosted by the lowest rank that stays (rank 0 of the new communicator, as under
-// LOOM_COMM_ID) at the address of its parent's transport listener, which every rank learnt at
-// the parent's rendezvous and which is closed once the parent is set up (the listener is
-// reusable, so the root can bind its port while the parent's accepted connections live).
+// LOOM_COMM_ID) at the IP address of its parent's transport listener, which every rank learnt
+// at the parent's rendezvous, on a port derived from the new secret below the ephemeral range
+// (the listener's own port, free once the parent was set up, could meanwhile be taken by any
+// socket bound to port 0).
 // Ranks that stay agree on the excluded set because the caller passes it, as with NCCL's
 // ncclCommShrink; a rank that should have been excluded but was not makes the new
 // rendezvous time out, naming it.

@@ -489,12 +489,14 @@ Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUni
   return Status::ok();
 }
 
-Status makeDerivedUniqueId(const sockaddr_in& root, const std::string& text, loomUniqueId* out) {
+Status makeDerivedUniqueId(const sockaddr_in& host, const std::string& text, loomUniqueId* out) {
   if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "uniqueId is NULL");
-  if (root.sin_port == 0) return LOOM_ERROR(loomInvalidArgument, "root: port 0");
   IdContents c;
-  c.root = root;
+  c.root = host;
   c.secret = deriveSecret(text);
+  constexpr uint64_t kLowPort = 10000, kEphemeralFrom = 32768;
+  c.root.sin_port = htons(static_cast<uint16_t>(
+      kLowPort + fnv1a64(c.secret.data(), c.secret.size()) % (kEphemeralFrom - kLowPort)));
   c.rootOnRank0 = true;
   encodeUniqueId(c, out);
   return Status::ok();

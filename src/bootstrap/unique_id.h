@@ -32,10 +32,12 @@ Status makeUniqueId(loomUniqueId* out);
 // gets the same id, and rank 0 starts the root in join(). varName names the source in errors.
 Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUniqueId* out);
 
-// An id whose root rank 0 hosts at `root`, with a secret derived from `text`: every process
-// that passes the same arguments gets the same id (loomCommShrink derives one on every
-// survivor from the parent's secret, so no id travels).
-Status makeDerivedUniqueId(const sockaddr_in& root, const std::string& text, loomUniqueId* out);
+// An id whose root rank 0 hosts at `host`'s address, with a secret derived from `text`: every
+// process that passes the same arguments gets the same id (loomCommShrink derives one on every
+// survivor from the parent's secret, so no id travels). The port comes from the secret too, in
+// [10000, 32768): below Linux's default range of ephemeral ports, so no socket another rank
+// binds or connects meanwhile can already hold it.
+Status makeDerivedUniqueId(const sockaddr_in& host, const std::string& text, loomUniqueId* out);
 
 // Makes a fresh id whose root always runs in a background thread of this
 // process, whatever LOOM_COMM_ID says: for communicators made inside a running

@@ -108,9 +108,9 @@ TEST_P(CollectivesTest, EveryCase) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                          ::testing::Values(Config{1, true}, Config{2, true}, Config{3, true},
-                                           Config{4, true}, Config{8, true}, Config{1, false},
-                                           Config{2, false}, Config{3, false}, Config{4, false},
-                                           Config{8, false}, Config{2, true, "ring"},
+                                           Config{4, true}, Config{8, true}, Config{2, false},
+                                           Config{3, false}, Config{8, false},
+                                           Config{2, true, "ring"},
                                            Config{3, true, "ring"}, Config{8, true, "ring"}),
                          [](const ::testing::TestParamInfo<Config>& info) {
                            return std::to_string(info.param.nranks) + "ranks_" +
@@ -119,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                          });
 
 // Every new builder forced by LOOM_ALGO on 2, 3, 5 and 8 ranks over shared
-// memory, 3 and 8 over TCP; each rank checks every case against the scalar reference.
+// memory, 3 over TCP (plus the 5-rank per-collective form below); each rank checks every case against the scalar reference.
 // All ranks share this host, so hier runs its one-host form here (direct
 // reduce-scatter and all-gather in the host); its cross-host phase runs in
 // the verifier's sweeps over host layouts.
@@ -132,8 +132,8 @@ std::vector<Config> forcedConfigs() {
   for (const char* algo : {"tree", "rhd", "hier"})
     for (bool shm : {true, false})
       for (int n : {2, 3, 5, 8})
-        // Over TCP (slower to run, same schedules) an odd and a power-of-two rank count.
-        if (shm || n == 3 || n == 8)
+        // Over TCP (slower to run, same schedules as over shm) 3 ranks.
+        if (shm || n == 3)
           out.push_back(Config{n, shm, algo, std::string(algo) == "rhd" ? rhd : allReduce});
   // Per-collective and exclusion forms of the syntax.
   out.push_back(Config{5, false, "allreduce:rhd;allgather:rhd", rhd});
