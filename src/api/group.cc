@@ -165,30 +165,33 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   return best;
 }
 
-// An operation's deadline, from its recorded entry time when there is one (a clock read costs
-// a few hundred nanoseconds on some virtual machines: small operations read it as few times as
-// they can).
-int64_t deadlineFrom(const Comm& comm, const trace::OpRecord* record) {
-  return (record != nullptr ? record->enterNs : nowNs()) + comm.options().timeoutMs * 1000000;
+// Numbers the operation and starts its record: the one made when a non-blocking communicator
+// queued the call (`from` carries it; the timeout then runs from now), else a new one, whose
+// entry time also starts the timeout (one clock read for both).
+void startOp(Comm& comm, const Call& from, exec::OpArgs& op, size_t count, loomDataType_t dtype,
+             int redOp, int root) {
+  trace::FlightRecorder& rec = comm.recorder();
+  const int64_t timeoutNs = comm.options().timeoutMs * 1000000;
+  if (from.seq != 0) {
+    op.seq = from.seq;
+    op.record = rec.start(from.queued, op.seq, op.name, count, dtype, redOp, root);
+    op.deadlineNs = nowNs() + timeoutNs;
+    return;
+  }
+  op.seq = comm.nextSeq();
+  op.record = rec.begin(op.seq, op.name, count, dtype, redOp, root);
+  op.deadlineNs = (op.record != nullptr ? op.record->enterNs : nowNs()) + timeoutNs;
 }
 
 Status runCollective(Comm& comm, const Call& c) {
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
-  op.seq = c.seq != 0 ? c.seq : comm.nextSeq();
   op.sendbuff = c.sendbuff;
   op.recvbuff = c.recvbuff;
   op.elemSize = kernels::typeSize(c.dtype);
   LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
   trace::FlightRecorder& rec = comm.recorder();
-  if (c.seq != 0) {
-    // Queued: entered when the caller made it; the timeout runs from now.
-    op.record = rec.start(c.queued, op.seq, op.name, c.count, c.dtype, c.op, c.root);
-    op.deadlineNs = deadlineFrom(comm, nullptr);
-  } else {
-    op.record = rec.begin(op.seq, op.name, c.count, c.dtype, c.op, c.root);
-    op.deadlineNs = deadlineFrom(comm, op.record);
-  }
+  startOp(comm, c, op, c.count, c.dtype, c.op, c.root);
   Status s;
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text
   const std::vector<int>& hostOf = comm.hostLayout();
@@ -245,11 +248,7 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
   if (!p2p.empty()) {
     exec::OpArgs op;
     op.name = "sendrecv";
-    const bool queued = firstP2P->seq != 0;
-    op.seq = queued ? firstP2P->seq : comm.nextSeq();
-    op.record = comm.recorder().start(queued ? firstP2P->queued : nullptr, op.seq, op.name,
-                                      p2p.size(), loomUint8, 0, -1);
-    op.deadlineNs = deadlineFrom(comm, queued ? nullptr : op.record);
+    startOp(comm, *firstP2P, op, p2p.size(), loomUint8, 0, -1);
     if (op.record != nullptr) {
       op.record->algorithm = "p2p";
       op.record->channels = 1;
