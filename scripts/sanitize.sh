@@ -6,8 +6,9 @@
 # leaks at exit, except the third-party ones named in tests/sanitizer/lsan.supp.
 # Without ctest arguments it runs what CI runs (sized to fit CI's time): under ASan+UBSan the
 # unit and multi-process tests but the long sweeps, which repeat the same code (schedules are
-# verified for 1..9 ranks rather than up to 256; the collective sweeps run on 3 ranks over shm
-# and TCP and 8 over shm, not for every rank count and forced algorithm); under TSan the
+# verified for 1..9 ranks rather than up to 256; the collective sweeps run on 3 and 8 ranks over
+# shm, not for every rank count, transport and forced algorithm: TCP runs in the fault, shrink
+# and non-blocking tests); under TSan the
 # multi-thread tests (InitAll, abort from another thread, non-blocking communicators, shrink).
 # LOOM_SANITIZE_JOBS: build parallelism (default nproc).
 set -euo pipefail
@@ -47,7 +48,7 @@ if [ $# -eq 0 ]; then
     # BindAddress forks ranks from a process whose rendezvous thread runs, which the
     # sanitizers' runtimes do not support (a forked rank can hang in the allocator).
     # verifier_sweeps_small (label sanitize) stands in for the full verifier_sweeps.
-    set -- -L 'unit|mp|sanitize' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|readme_env|soak|^verifier_sweeps$|Forced/CollectivesTest|EveryCase/(1ranks|2ranks|4ranks|8ranks_tcp|8ranks_shm_ring|3ranks_shm_ring)'
+    set -- -L 'unit|mp|sanitize' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|readme_env|soak|^verifier_sweeps$|Forced/CollectivesTest|EveryCase/(1ranks|2ranks|4ranks|3ranks_tcp|8ranks_tcp|8ranks_shm_ring|3ranks_shm_ring)'
   fi
 fi
 status=0
