@@ -106,7 +106,10 @@ Status TcpConnection::fail(const char* what, int err) {
 
 Status TcpConnection::progress() {
   if (!error_.isOk()) return error_;
-  // Write posted frames until the socket is full.
+  // Write posted frames until the socket is full. A failed send is reported after the reads
+  // below: a failing peer's goodbye may be waiting there, and the error should name the rank
+  // it lost.
+  int sendErr = 0;
   while (sent_ != posted_) {
     const uint32_t size = sendSizes_[sent_ % depth_];
     FrameHeader h{size, 0, sendStamps_[sent_ % depth_]};
@@ -124,8 +127,8 @@ Status TcpConnection::progress() {
     msg.msg_iovlen = n;
     ssize_t w = sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-      return fail("send", errno);
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) sendErr = errno;
+      break;
     }
     sentBytes_ += static_cast<size_t>(w);
     if (sentBytes_ == kHeader + size) {
@@ -179,6 +182,7 @@ Status TcpConnection::progress() {
       recvBytes_ = 0;
     }
   }
+  if (sendErr != 0) return fail("send", sendErr);
   return Status::ok();
 }
 
