@@ -144,7 +144,7 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   algo::CostModel model = tunerModel();
   algo::LinkMap links;
   links.hostOf = hostOf;
-  links.ringOrder = algo::hostMajorOrder(hostOf);
+  links.ringOrder = comm.ringOrder();
   links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
   links.inter = comm.netLink();
   if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
