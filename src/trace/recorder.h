@@ -5,7 +5,9 @@
 // a ring of records (LOOM_FLIGHT_RECORDER, default 2000; 0 turns recording
 // off) written only by the thread running the operation; dump() may run on
 // any thread (it copies under a mutex that begin() and end() also take, once
-// each per operation, so the data path itself never locks).
+// each per operation, so the data path itself never locks). The fields the data path writes
+// while a dump may read them are Relaxed: each is read whole (a dump taken mid-operation may
+// show one field from before an update and the next from after it).
 //
 // Times are CLOCK_MONOTONIC nanoseconds, the same clock for every process of
 // a host; adding `clockOffsetNs` (measured at bootstrap against rank 0, 0 on
@@ -26,22 +28,42 @@ namespace loom::trace {
 enum class OpState : uint8_t { Enqueued, Started, Completed, Failed };
 const char* stateName(OpState s);
 
+// A field one thread writes while another may read it: a relaxed atomic (a plain load or
+// store on x86) that copies and assigns as a value.
+template <typename T>
+class Relaxed {
+ public:
+  Relaxed(T v = T()) : v_(v) {}  // NOLINT: implicit, as a plain field
+  Relaxed(const Relaxed& o) : v_(o.get()) {}
+  Relaxed& operator=(const Relaxed& o) { return *this = o.get(); }
+  Relaxed& operator=(T v) {
+    v_.store(v, std::memory_order_relaxed);
+    return *this;
+  }
+  Relaxed& operator+=(T v) { return *this = get() + v; }  // single writer
+  T get() const { return v_.load(std::memory_order_relaxed); }
+  operator T() const { return get(); }  // NOLINT: reads as the value
+
+ private:
+  std::atomic<T> v_;
+};
+
 struct OpRecord {
   uint64_t seq = 0;
   const char* coll = "";
-  const char* algorithm = "";
-  const char* proto = "";
+  Relaxed<const char*> algorithm = "";
+  Relaxed<const char*> proto = "";
   size_t count = 0;
   int dtype = 0;
   int op = 0;
   int root = -1;
-  int channels = 0;        // the schedule's channels (1 for the direct and send/receive paths)
+  Relaxed<int> channels = 0;  // the schedule's channels (1 for the direct and send/receive paths)
   OpState state = OpState::Enqueued;
   int64_t enterNs = 0;     // the caller entered Loom
   int64_t endNs = 0;       // completed or failed
-  int64_t waitNs = 0;      // time blocked waiting on peers
-  int waitPeer = -1;       // the peer of the longest single wait
-  int64_t maxWaitNs = 0;   // that wait
+  Relaxed<int64_t> waitNs = 0;     // time blocked waiting on peers
+  Relaxed<int> waitPeer = -1;      // the peer of the longest single wait
+  Relaxed<int64_t> maxWaitNs = 0;  // that wait
   int lastRank = -1;       // the rank that arrived last, when known
   int64_t lateNs = 0;      // how long after the first rank it arrived
   int earliestRank = -1;   // the rank that arrived first, when known
@@ -51,8 +73,8 @@ struct OpRecord {
   // slots fill in the order peers are noted; once all are taken, a later arrival replaces the
   // earliest, so the record keeps the peers whose data came last.
   static constexpr int kFirstPeers = 8;
-  int firstPeer[kFirstPeers] = {-1, -1, -1, -1, -1, -1, -1, -1};
-  int64_t firstNs[kFirstPeers] = {};
+  Relaxed<int> firstPeer[kFirstPeers] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  Relaxed<int64_t> firstNs[kFirstPeers] = {};
   char error[160] = {};
 };
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 namespace loom::auth {
 namespace {
@@ -16,6 +17,14 @@ namespace {
 void putPart(std::string& s, const void* data, size_t n) {
   for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(static_cast<uint32_t>(n) >> (8 * i)));
   s.append(static_cast<const char*>(data), n);
+}
+
+// libcrypto frees its global tables from an atexit handler. A rendezvous root thread (detached)
+// may still be checking a handshake while the process exits, and would read freed tables, so
+// libcrypto is initialised without that handler; the kernel reclaims its memory at exit.
+void initCrypto() {
+  static std::once_flag once;
+  std::call_once(once, [] { OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr); });
 }
 
 }  // namespace
@@ -55,6 +64,7 @@ Result<Nonce> freshNonce() {
 }
 
 Result<Mac> hmacSha256(const void* key, size_t keyBytes, const void* data, size_t bytes) {
+  initCrypto();
   Mac mac{};
   unsigned int len = 0;
   if (HMAC(EVP_sha256(), key, static_cast<int>(keyBytes), static_cast<const unsigned char*>(data),
