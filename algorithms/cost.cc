@@ -175,6 +175,12 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
       return fold + phases * (std::log2(pow2) * al + (pow2 - 1) / pow2 * S * be) +
              (coll == Coll::AllReduce ? S * red : 0);
     }
+    case Algo::Rd: {
+      // log2(n') exchanges of the whole buffer, each reduced; two more where ranks fold.
+      const double pow2 = std::exp2(std::floor(std::log2(n)));
+      const double rounds = std::log2(pow2) + (pow2 < n ? 2 : 0);
+      return rounds * (al + S * be) + std::log2(pow2) * S * red;
+    }
     case Algo::Hier: {
       const double m = std::ceil(n / hosts), H = hosts;
       const double intra = 2 * ((m - 1) * (local.alpha_us + 2 * local.overhead_us) + (m - 1) / m * S * local.beta_us_per_byte);
@@ -366,5 +372,31 @@ std::vector<std::string> algoNames() {
 }
 
 std::vector<std::string> protoNames() { return {"ll", "simple"}; }
+
+std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct, bool multiHost,
+                                  const Selection& sel) {
+  const int ci = static_cast<int>(coll);
+  std::vector<Algo> all;
+  switch (coll) {
+    case Coll::AllReduce:
+      if (direct) all.push_back(Algo::Direct);
+      all.insert(all.end(), {Algo::Ring, Algo::Tree, Algo::Rhd});
+      if (bytes <= kRdMaxBytes || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Rd))))
+        all.push_back(Algo::Rd);
+      // On one host hier is a direct reduce-scatter and all-gather: only when asked for.
+      if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Hier))))
+        all.push_back(Algo::Hier);
+      break;
+    case Coll::AllGather: all = {Algo::Ring, Algo::Rhd}; break;
+    case Coll::ReduceScatter: all = {Algo::Ring}; break;
+    case Coll::Broadcast:
+    case Coll::Reduce: all = {Algo::Chain}; break;
+    case Coll::AllToAll: all = {Algo::Direct}; break;
+  }
+  std::vector<Algo> cands;
+  for (Algo a : all)
+    if (sel.allows(coll, static_cast<int>(a))) cands.push_back(a);
+  return cands.empty() ? all : cands;
+}
 
 }  // namespace loom::algo

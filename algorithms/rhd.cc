@@ -1,6 +1,8 @@
 // Recursive halving-doubling (Rabenseifner): all-reduce as a reduce-scatter
 // by recursive halving then an all-gather by recursive doubling; all-gather by
-// recursive doubling alone.
+// recursive doubling alone. And recursive doubling of whole buffers ("rd"), the
+// small-message all-reduce: log2(n') exchanges of the whole buffer, each rank
+// reducing what its partner sent, so a 2-rank all-reduce is one exchange.
 //
 // Ranks that take part in the halving and doubling are the n' = 2^L "virtual
 // ranks" (vranks). When n is not a power of two, the first 2e ranks
@@ -135,6 +137,45 @@ Schedule buildRhdAllReduce(int rank, int n, size_t count) {
   }
   if (folded >= 0)
     for (int u : all) unitStep(StepOp::Send, -1, folded, Buf::Recv, u, 0);
+  return s;
+}
+
+// Recursive doubling: at distance d, vrank v swaps its partial sum of the d-group it is in
+// with v ^ d's and adds the two; after log2(n') rounds every vrank holds the sum. Both
+// partners add the same two values (in + own), so every rank ends with the same bits.
+Schedule buildRdAllReduce(int rank, int n, size_t count) {
+  Schedule s = emptySchedule(Coll::AllReduce, "rd", rank, n, -1, count);
+  auto& st = s.channels[0];
+  auto whole = [&](StepOp op, int from, int to, Buf src, uint8_t flags) {
+    push(st, makeStep(op, from, to, {src, 0}, {Buf::Recv, 0}, count, flags));
+  };
+  if (n == 1) {
+    whole(StepOp::Copy, -1, -1, Buf::Send, kPre | kPost);
+    return s;
+  }
+  const Fold f = makeFold(n);
+  const int v = f.vrankOf(rank);
+  if (v < 0) {
+    whole(StepOp::Send, -1, rank + 1, Buf::Send, kPre);
+    whole(StepOp::Recv, rank + 1, -1, Buf::Recv, 0);
+    return s;
+  }
+  bool inRecv = false;  // this rank's partial sum is in recv (else its own input is in send)
+  const int folded = rank < 2 * f.extra ? rank - 1 : -1;
+  if (folded >= 0) {
+    whole(StepOp::RecvReduceCopy, folded, -1, Buf::Send, kPre);
+    inRecv = true;
+  }
+  for (int d = 1; d < f.pow2; d *= 2) {
+    const int peer = f.rankOf(v ^ d);
+    const Buf src = inRecv ? Buf::Recv : Buf::Send;
+    const uint8_t pre = inRecv ? 0 : kPre;
+    whole(StepOp::Send, -1, peer, src, pre);
+    whole(StepOp::RecvReduceCopy, peer, -1, src,
+          static_cast<uint8_t>(pre | (2 * d == f.pow2 ? kPost : 0)));
+    inRecv = true;
+  }
+  if (folded >= 0) whole(StepOp::Send, -1, folded, Buf::Recv, 0);
   return s;
 }
 

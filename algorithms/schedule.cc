@@ -136,6 +136,7 @@ const char* algoName(Algo a) {
     case Algo::Hier: return "hier";
     case Algo::Chain: return "chain";
     case Algo::Direct: return "direct";
+    case Algo::Rd: return "rd";
   }
   return "?";
 }
@@ -157,7 +158,8 @@ bool algoBuilds(Algo a, Coll coll) {
     case Algo::Ring:
       return coll == Coll::AllReduce || coll == Coll::AllGather || coll == Coll::ReduceScatter;
     case Algo::Tree:
-    case Algo::Hier: return coll == Coll::AllReduce;
+    case Algo::Hier:
+    case Algo::Rd: return coll == Coll::AllReduce;
     case Algo::Rhd: return coll == Coll::AllReduce || coll == Coll::AllGather;
     case Algo::Chain: return coll == Coll::Broadcast || coll == Coll::Reduce;
     case Algo::Direct: return coll == Coll::AllToAll;
@@ -173,6 +175,7 @@ Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, 
     switch (a) {
       case Algo::Tree: return buildTreeAllReduce(rank, nranks, count, hostOf);
       case Algo::Hier: return buildHierAllReduce(rank, nranks, count, hostOf);
+      case Algo::Rd: return buildRdAllReduce(rank, nranks, count);
       case Algo::Rhd:
         return coll == Coll::AllReduce ? buildRhdAllReduce(rank, nranks, count)
                                        : buildRhdAllGather(rank, nranks, count);

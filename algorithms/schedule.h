@@ -123,6 +123,9 @@ Schedule buildTreeAllReduce(int rank, int nranks, size_t count,
 // receive buffer holds only this rank's block (the IR has no scratch buffer).
 Schedule buildRhdAllReduce(int rank, int nranks, size_t count);
 Schedule buildRhdAllGather(int rank, int nranks, size_t count);
+// Recursive doubling of whole buffers (rhd.cc, "rd"): log2(n') exchanges, the fewest rounds
+// (one for 2 ranks), each carrying the whole buffer; for small messages. Folds as rhd does.
+Schedule buildRdAllReduce(int rank, int nranks, size_t count);
 // Hierarchical all-reduce (hier.cc): reduce-scatter in each host, ring
 // all-reduce of matching slices across hosts, all-gather in each host; hosts
 // may hold different numbers of ranks. An empty hostOf is one host.
@@ -131,8 +134,8 @@ Schedule buildHierAllReduce(int rank, int nranks, size_t count, const std::vecto
 // Algorithms by name, as LOOM_ALGO and the tuner know them. Direct all-reduce
 // is the shared-memory path of src/exec (no schedule); direct all-to-all is
 // buildDirectAllToAll.
-enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct };
-constexpr int kNumAlgos = 6;
+enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct, Rd };
+constexpr int kNumAlgos = 7;
 const char* algoName(Algo a);
 // Parses a name (case-insensitive); false if unknown.
 bool parseAlgo(const std::string& name, Algo* out);

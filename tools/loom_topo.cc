@@ -131,20 +131,11 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
     return 2;
   }
   const bool direct = coll == algo::Coll::AllReduce && hosts == 1;
-  std::vector<algo::Algo> algos;
-  if (direct) algos.push_back(algo::Algo::Direct);
-  for (int i = 0; i < algo::kNumAlgos; ++i)
-    if (algo::algoBuilds(static_cast<algo::Algo>(i), coll))
-      algos.push_back(static_cast<algo::Algo>(i));
-  // On one host the tuner offers hier only when LOOM_ALGO asks for it by name.
-  const int ci = static_cast<int>(coll);
-  if (hosts == 1 && !(sel.value().restricted[ci] &&
-                      sel.value().allows(coll, static_cast<int>(algo::Algo::Hier))))
-    algos.erase(std::remove(algos.begin(), algos.end(), algo::Algo::Hier), algos.end());
-  std::vector<algo::Algo> cands;
-  for (algo::Algo a : algos)
-    if (sel.value().allows(coll, static_cast<int>(a))) cands.push_back(a);
-  if (cands.empty()) cands = algos;
+  // The columns: every algorithm the tuner could offer at some size (at the smallest size every
+  // size-limited one is offered), then any other LOOM_ALGO names (hier on one host).
+  std::vector<algo::Algo> algos = algo::tunerCandidates(coll, 0, direct, hosts > 1, algo::Selection());
+  for (algo::Algo a : algo::tunerCandidates(coll, 0, direct, hosts > 1, sel.value()))
+    if (std::find(algos.begin(), algos.end(), a) == algos.end()) algos.push_back(a);
   const int nranks = static_cast<int>(hostOf.size());
   std::printf("\npredicted %s time (us), %d host(s) x %d rank(s), links %s/%s, slot %zu B%s%s\n",
               algo::collName(coll), hosts, perHost, algo::linkName(links.intra),
@@ -157,9 +148,20 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     const size_t count = std::max<size_t>(1, bytes / elem);
     std::printf("%12zu", count * elem);
+    // What the tuner chooses among at this size; an algorithm it does not offer at this size
+    // (rd above kRdMaxBytes) prints "-".
+    const std::vector<algo::Algo> offered =
+        algo::tunerCandidates(coll, count * elem, direct, hosts > 1, algo::Selection());
+    const std::vector<algo::Algo> cands =
+        algo::tunerCandidates(coll, count * elem, direct, hosts > 1, sel.value());
     algo::Algo best = cands[0];
     double bestUs = 0;
     for (algo::Algo a : algos) {
+      if (std::find(offered.begin(), offered.end(), a) == offered.end() &&
+          std::find(cands.begin(), cands.end(), a) == cands.end()) {
+        std::printf(" %12s", "-");
+        continue;
+      }
       const double us = algo::estimateUs(a, coll, nranks, count, elem, model, links);
       std::printf(" %12.1f", us);
       if (std::find(cands.begin(), cands.end(), a) == cands.end()) continue;

@@ -12,7 +12,7 @@
 #   MH_BURST=64kb                    tbf bucket: bytes that may pass at line rate after a pause
 #   MH_MIN=8 MH_MAX=16M MH_FACTOR=2  the sizes
 #   MH_ITERS=20 MH_WARMUP=5          timed and untimed iterations per size
-#   MH_ALGOS="ring tree rhd hier"    the forced runs beside the tuner's
+#   MH_ALGOS="ring tree rhd rd hier"    the forced runs beside the tuner's
 #   MH_SMALL=65536                   "small" for the tree/hier versus ring verdict
 #   MH_OUT=dir                       keep the logs and JSON there (default: a temporary dir)
 #   MH_TABLE=file                    the tuner's run prices with this LOOM_TUNER_TABLE
@@ -26,7 +26,7 @@ PERF=$(cd "$(dirname "$PERF")" && pwd)/$(basename "$PERF")
 HOSTS=${MH_HOSTS:-4}
 PER_HOST=${MH_RANKS_PER_HOST:-2}
 NRANKS=$((HOSTS * PER_HOST))
-ALGOS=${MH_ALGOS:-ring tree rhd hier}
+ALGOS=${MH_ALGOS:-ring tree rhd rd hier}
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 is needed for the table"; exit 77; }
 
 # shellcheck source=hosts.sh

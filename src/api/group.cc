@@ -57,9 +57,9 @@ void dumpSchedule(const algo::Schedule& s) {
 // ---- Tuner ----
 //
 // Per (collective, size) the tuner picks among the algorithms valid for the
-// communicator: direct (all-reduce with every rank on this host: no FIFO hop,
-// each byte reduced once; the default wherever it exists), ring, tree, rhd,
-// hier (ranks on more than one host), chain (broadcast, reduce) and direct
+// communicator (algo::tunerCandidates): direct (all-reduce with every rank on this host: no
+// FIFO hop, each byte reduced once; the default wherever it exists), ring, tree, rhd, rd
+// (small messages), hier (ranks on more than one host), chain (broadcast, reduce) and direct
 // all-to-all. LOOM_ALGO narrows the candidates (algo::parseSelection); among
 // several, the cost model's prediction for this communicator's host layout
 // decides. Decisions are cached per layout, collective and power-of-two size.
@@ -104,28 +104,10 @@ const algo::CostModel& tunerModel() {
 algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t elemSize,
                       const std::vector<int>& hostOf) {
   using algo::Algo;
-  const algo::Selection& sel = algoSelection();
   const int ci = static_cast<int>(coll);
   const bool multiHost = std::any_of(hostOf.begin(), hostOf.end(), [](int h) { return h != 0; });
-  std::vector<Algo> all;
-  switch (coll) {
-    case algo::Coll::AllReduce:
-      if (comm.hasDirect()) all.push_back(Algo::Direct);
-      all.insert(all.end(), {Algo::Ring, Algo::Tree, Algo::Rhd});
-      // On one host hier is a direct reduce-scatter and all-gather: only when asked for.
-      if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Hier))))
-        all.push_back(Algo::Hier);
-      break;
-    case algo::Coll::AllGather: all = {Algo::Ring, Algo::Rhd}; break;
-    case algo::Coll::ReduceScatter: all = {Algo::Ring}; break;
-    case algo::Coll::Broadcast:
-    case algo::Coll::Reduce: all = {Algo::Chain}; break;
-    case algo::Coll::AllToAll: all = {Algo::Direct}; break;
-  }
-  std::vector<Algo> cands;
-  for (Algo a : all)
-    if (sel.allows(coll, static_cast<int>(a))) cands.push_back(a);
-  if (cands.empty()) cands = all;  // LOOM_ALGO names nothing valid here: the tuner picks
+  const std::vector<Algo> cands = algo::tunerCandidates(coll, count * elemSize, comm.hasDirect(),
+                                                        multiHost, algoSelection());
   if (cands.size() == 1) return cands[0];
   if (cands[0] == Algo::Direct) return Algo::Direct;  // the fastest on one host
   const size_t bytes = count * elemSize;
@@ -198,8 +180,14 @@ Status runCollective(Comm& comm, const Call& c) {
   // Direct all-reduce is the fastest on one host: taken without pricing when allowed.
   const bool direct = c.coll == algo::Coll::AllReduce && comm.hasDirect() &&
                       algoSelection().allows(c.coll, static_cast<int>(algo::Algo::Direct));
-  const algo::Algo chosen =
-      direct ? algo::Algo::Direct : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
+  // A call of the last call's shape reuses its choice and schedule.
+  const bool inPlace = isInPlace(comm, c, op.elemSize);
+  Comm::LastPlan& plan = comm.lastPlan();
+  const bool same = plan.valid && plan.coll == c.coll && plan.count == c.count &&
+                    plan.elemSize == op.elemSize && plan.root == c.root && plan.inPlace == inPlace;
+  const algo::Algo chosen = direct ? algo::Algo::Direct
+                            : same ? plan.algo
+                                   : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
   if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
     const size_t bytes = c.count * op.elemSize;
     const bool symmetric = bytes <= static_cast<size_t>(env::directSymMax());
@@ -210,10 +198,20 @@ Status runCollective(Comm& comm, const Call& c) {
     }
     s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
   } else {
-    algo::Schedule sched =
-        algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root, c.count,
-                    isInPlace(comm, c, op.elemSize), hostOf, comm.ringOrder());
-    dumpSchedule(sched);
+    if (!same) {
+      plan.valid = false;
+      plan.schedule = algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root, c.count,
+                                  inPlace, hostOf, comm.ringOrder());
+      dumpSchedule(plan.schedule);
+      plan.coll = c.coll;
+      plan.count = c.count;
+      plan.elemSize = op.elemSize;
+      plan.root = c.root;
+      plan.inPlace = inPlace;
+      plan.algo = chosen;
+      plan.valid = true;
+    }
+    const algo::Schedule& sched = plan.schedule;
     if (op.record != nullptr) {
       op.record->algorithm = sched.algorithm;
       op.record->channels = static_cast<int>(sched.channels.size());

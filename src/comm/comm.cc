@@ -1,6 +1,7 @@
 #include "comm/comm.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sched.h>
 #include <strings.h>
 #include <unistd.h>
@@ -415,6 +416,24 @@ bool Comm::hasDirect() const { return shm_ && shm_->directBytes > 0; }
 
 Status Comm::progressNet() {
   for (transport::Connection* c : netConns_) LOOM_CHECK(c->progress());
+  return Status::ok();
+}
+
+Status Comm::progressNetReady() {
+  constexpr size_t kMax = 64;
+  if (netConns_.size() > kMax) return progressNet();
+  // Only sockets are asked; an RDMA connection (its fd a completion channel, which signals
+  // only when armed) is moved on every look.
+  pollfd fds[kMax];
+  for (size_t i = 0; i < netConns_.size(); ++i) {
+    transport::Connection* c = netConns_[i];
+    fds[i] = {c->kind() == transport::Kind::Tcp ? c->fd() : -1, c->pollEvents(), 0};
+  }
+  const bool any = poll(fds, netConns_.size(), 0) > 0;
+  // A socket whose connection holds read-ahead bytes (prepareWait) has news poll() cannot see.
+  for (size_t i = 0; i < netConns_.size(); ++i)
+    if (fds[i].fd < 0 || (any && fds[i].revents != 0) || netConns_[i]->prepareWait())
+      LOOM_CHECK(netConns_[i]->progress());
   return Status::ok();
 }
 

@@ -73,6 +73,19 @@ class Comm {
   const std::vector<int>& hostLayout() const { return hostOf_; }
   // The ring order of ranks, each host's ranks together (algo::hostMajorOrder).
   const std::vector<int>& ringOrder() const { return ringOrder_; }
+  // The tuner's last choice and the schedule it built (src/api/group.cc), reused by the next
+  // call of the same shape: a training loop repeats a few shapes, and a small message's call
+  // should not pay for a search and a schedule each time. Used under the communicator's lock.
+  struct LastPlan {
+    bool valid = false;
+    algo::Coll coll = algo::Coll::AllReduce;
+    size_t count = 0, elemSize = 0;
+    int root = -1;
+    bool inPlace = false;
+    algo::Algo algo = algo::Algo::Ring;
+    algo::Schedule schedule;
+  };
+  LastPlan& lastPlan() { return lastPlan_; }
   bootstrap::Bootstrap& bootstrap() { return *bootstrap_; }
   // Every rank's host merged into one graph (src/comm/topo_setup.h); nullptr when
   // LOOM_TOPO_DISABLE=1 or a host could not be described.
@@ -84,6 +97,10 @@ class Comm {
   const std::vector<transport::Connection*>& netConns() const { return netConns_; }
   // Moves bytes on every socket connection. Must not block.
   Status progressNet();
+  // The same for the sockets that poll() says have news (data, room to write, an error or a
+  // close): a spinning wait's cheap look. A socket receive takes the socket's lock, which the
+  // sending side's delivery also takes; poll() does not.
+  Status progressNetReady();
 
   // Shared-memory links (nullptr before set-up); direct regions exist when
   // every rank is on this host.
@@ -161,6 +178,7 @@ class Comm {
   std::vector<PeerInfo> peers_;
   std::vector<int> hostOf_;
   std::vector<int> ringOrder_;
+  LastPlan lastPlan_;
   algo::Link netLink_ = algo::Link::Tcp;
   std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist
   struct Registration {

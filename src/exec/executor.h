@@ -120,8 +120,13 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
   const uint64_t spins = net ? std::min<uint64_t>(spinCount(), 32) : spinCount();
   for (uint64_t i = 0;; ++i) {
     Status s;
-    if (net || (i & 63) == 0) s = comm_.progressNet();
-    if (s.isOk()) s = conn->progress();
+    // A socket is in the communicator's net list: the first look moves every socket, later
+    // ones only those poll() reports ready.
+    if (net)
+      s = i == 0 ? comm_.progressNet() : comm_.progressNetReady();
+    else if ((i & 63) == 0)
+      s = comm_.progressNet();
+    if (s.isOk() && !net) s = conn->progress();
     // Data that arrived counts even if the peer failed or left afterwards.
     if (ready()) return Status::ok();
     if (s.isOk() && !forSend) s = conn->checkRecv();

@@ -129,7 +129,7 @@ std::vector<Config> forcedConfigs() {
   const uint32_t allReduce = bit(Coll::kAllReduce);
   const uint32_t rhd = allReduce | bit(Coll::kAllGather) | bit(Coll::kReduceScatter);
   std::vector<Config> out;
-  for (const char* algo : {"tree", "rhd", "hier"})
+  for (const char* algo : {"tree", "rhd", "hier", "rd"})
     for (bool shm : {true, false})
       for (int n : {2, 3, 5, 8})
         // Over TCP (slower to run, same schedules as over shm) 3 ranks.

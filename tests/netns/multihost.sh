@@ -67,7 +67,8 @@ if run tuner "" "LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE LOOM_DEBUG_FILE=$LOGS/tu
   # the library's predictions for that size, and every one must be found.
   compared=$(echo "$table" | awk -v logf="$LOGS/tuner/tune.log" '
     NR == 1 { for (i = 2; i < NF; ++i) name[i] = $i; next }
-    { for (i = 2; i < NF; ++i) topo[$1 " " name[i]] = $i }
+    # "-": an algorithm not offered at that size (rd above its limit), so not priced.
+    { for (i = 2; i < NF; ++i) if ($i != "-") topo[$1 " " name[i]] = $i }
     END {
       while ((getline line < logf) > 0)
         if (match(line, /allreduce of [0-9]+ bytes: [a-z]+ predicted [0-9.]+ us/)) {

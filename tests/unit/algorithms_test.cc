@@ -25,7 +25,11 @@ TEST(AlgorithmsTest, DispatchByName) {
   EXPECT_STREQ(build(Algo::Rhd, Coll::ReduceScatter, 0, 4, -1, 8, false, hosts).algorithm, "ring");
   EXPECT_STREQ(build(Algo::Tree, Coll::Broadcast, 0, 4, 1, 8, false, hosts).algorithm, "chain");
   EXPECT_FALSE(algoBuilds(Algo::Rhd, Coll::ReduceScatter));
+  EXPECT_STREQ(build(Algo::Rd, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "rd");
+  EXPECT_STREQ(build(Algo::Rd, Coll::AllGather, 0, 4, -1, 8, false, hosts).algorithm, "ring");
   Algo a;
+  EXPECT_TRUE(parseAlgo("rd", &a));
+  EXPECT_EQ(a, Algo::Rd);
   EXPECT_TRUE(parseAlgo("RHD", &a));
   EXPECT_EQ(a, Algo::Rhd);
   EXPECT_FALSE(parseAlgo("nccl", &a));
@@ -40,6 +44,24 @@ TEST(AlgorithmsTest, TreeIsShallow) {
   EXPECT_LE(maxSteps, 12);  // at most 3 children and 1 parent per tree, two trees
   // Recursive halving-doubling of one element: 2 log2(n) exchanges at most.
   for (int r = 0; r < n; ++r) EXPECT_LE(buildRhdAllReduce(r, n, 1).channels[0].size(), 12u);
+}
+
+// Recursive doubling: one exchange per doubling (a send and a receive-reduce of the whole
+// buffer), so 2 ranks finish in one; folded ranks add a hand-over and a hand-back.
+TEST(AlgorithmsTest, RecursiveDoublingTakesLogRounds) {
+  for (int n : {2, 4, 8, 16}) {
+    int rounds = 0;
+    while ((1 << rounds) < n) ++rounds;
+    for (int r = 0; r < n; ++r) {
+      const Schedule s = buildRdAllReduce(r, n, 1000);
+      ASSERT_EQ(s.channels[0].size(), static_cast<size_t>(2 * rounds)) << n << " ranks, rank " << r;
+      for (const Step& st : s.channels[0]) EXPECT_EQ(st.count, 1000u);
+    }
+  }
+  // 6 ranks: ranks 0 and 2 fold into 1 and 3 (one send, one receive each); the rest double twice.
+  EXPECT_EQ(buildRdAllReduce(0, 6, 10).channels[0].size(), 2u);
+  EXPECT_EQ(buildRdAllReduce(1, 6, 10).channels[0].size(), 6u);
+  EXPECT_EQ(buildRdAllReduce(5, 6, 10).channels[0].size(), 4u);
 }
 
 // ---------------------------------------------------------------------------
@@ -67,6 +89,22 @@ TEST(CostModelTest, TreeBeatsRingForSmallMessagesAcrossSlowLinks) {
   const LinkMap big = hostsMap(128, 1, Link::Shm, Link::Tcp);
   EXPECT_LT(estimateUs(Algo::Tree, Coll::AllReduce, 128, 2, 4, model, big),
             estimateUs(Algo::Ring, Coll::AllReduce, 128, 2, 4, model, big));
+}
+
+// Small messages: recursive doubling needs the fewest rounds (one for 2 ranks, against two for
+// ring and rhd); large ones: it moves the whole buffer every round and loses to the ring.
+TEST(CostModelTest, RecursiveDoublingForSmallMessagesOnly) {
+  const CostModel model = defaultCostModel();
+  for (int n : {2, 4, 8}) {
+    const LinkMap links = hostsMap(n, 1, Link::Shm, Link::Tcp);
+    auto us = [&](Algo a, size_t count) {
+      return estimateUs(a, Coll::AllReduce, n, count, 4, model, links);
+    };
+    for (Algo other : {Algo::Ring, Algo::Rhd, Algo::Tree})
+      EXPECT_LT(us(Algo::Rd, 2), us(other, 2)) << n << " ranks, against " << algoName(other);
+    const size_t big = size_t{16} << 20;
+    EXPECT_GT(us(Algo::Rd, big), us(Algo::Ring, big)) << n << " ranks";
+  }
 }
 
 TEST(CostModelTest, RingOrRhdBestForLargeMessages) {

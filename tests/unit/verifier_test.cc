@@ -164,7 +164,7 @@ std::vector<size_t> layoutCountsFor(int n, bool quadratic) {
   return counts;
 }
 
-enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier };
+enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier, RdAllReduce };
 
 const char* builderName(Builder b) {
   switch (b) {
@@ -173,6 +173,7 @@ const char* builderName(Builder b) {
     case Builder::RhdAllReduce: return "rhd_allreduce";
     case Builder::RhdAllGather: return "rhd_allgather";
     case Builder::Hier: return "hier";
+    case Builder::RdAllReduce: return "rd_allreduce";
   }
   return "?";
 }
@@ -188,6 +189,7 @@ Schedule buildOne(Builder b, int r, int n, size_t count, const std::vector<int>&
     case Builder::RhdAllReduce: return buildRhdAllReduce(r, n, count);
     case Builder::RhdAllGather: return buildRhdAllGather(r, n, count);
     case Builder::Hier: return buildHierAllReduce(r, n, count, hosts);
+    case Builder::RdAllReduce: return buildRdAllReduce(r, n, count);
   }
   return Schedule{};
 }
@@ -231,7 +233,8 @@ std::string newSweepName(const ::testing::TestParamInfo<NewBuilderSweep::ParamTy
 INSTANTIATE_TEST_SUITE_P(
     All, NewBuilderSweep,
     ::testing::Combine(::testing::Values(Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
-                                         Builder::RhdAllGather, Builder::Hier),
+                                         Builder::RhdAllGather, Builder::Hier,
+                                         Builder::RdAllReduce),
                        ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
     newSweepName);
 

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -22,6 +23,9 @@ struct FrameHeader {
 constexpr uint32_t kGoodbye = 0x80000000u;
 constexpr size_t kHeader = sizeof(FrameHeader);
 static_assert(kHeader == 40, "recvHeader_ holds one header");
+// The staging buffer: a receive of up to this many bytes takes any frame of up to
+// kStageBytes - kHeader whole; a longer read goes straight into the slot.
+constexpr size_t kStageBytes = 4096;
 }  // namespace
 
 TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
@@ -35,7 +39,8 @@ TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
       recvSizes_(depth),
       sendStamps_(depth),
       recvStamps_(depth),
-      sendFrom_(depth, nullptr) {}
+      sendFrom_(depth, nullptr),
+      stage_(kStageBytes) {}
 
 TcpConnection::~TcpConnection() {
   if (fd_ >= 0) close(fd_);
@@ -137,10 +142,11 @@ Status TcpConnection::progress() {
     }
   }
   // Read frames while a receive slot is free.
+  drained_ = false;
   while (!eof_ && filled_ - consumed_ < depth_) {
     ssize_t r;
     if (recvBytes_ < kHeader) {
-      r = recv(fd_, recvHeader_ + recvBytes_, kHeader - recvBytes_, MSG_DONTWAIT);
+      r = readSome(recvHeader_ + recvBytes_, kHeader - recvBytes_);
     } else {
       const uint32_t size = reinterpret_cast<const FrameHeader*>(recvHeader_)->size;
       if (size > slotBytes_) {
@@ -155,7 +161,7 @@ Status TcpConnection::progress() {
       if (got == size) {
         r = 0;  // empty frame complete; handled below
       } else {
-        r = recv(fd_, recvSlotPtr(filled_) + got, size - got, MSG_DONTWAIT);
+        r = readSome(recvSlotPtr(filled_) + got, size - got);
         if (r == 0) return fail("recv, in the middle of a message", 0);
       }
     }
@@ -186,7 +192,31 @@ Status TcpConnection::progress() {
   return Status::ok();
 }
 
+ssize_t TcpConnection::readSome(char* dst, size_t want) {
+  if (stageBeg_ == stageEnd_) {
+    if (want >= kStageBytes) {
+      const ssize_t r = recv(fd_, dst, want, MSG_DONTWAIT);
+      drained_ = r > 0 && static_cast<size_t>(r) < want;
+      return r;
+    }
+    if (drained_) {  // the last read found the socket empty: save a system call
+      errno = EAGAIN;
+      return -1;
+    }
+    ssize_t r = recv(fd_, stage_.data(), kStageBytes, MSG_DONTWAIT);
+    if (r <= 0) return r;
+    stageBeg_ = 0;
+    stageEnd_ = static_cast<size_t>(r);
+    drained_ = stageEnd_ < kStageBytes;
+  }
+  const size_t n = std::min(want, stageEnd_ - stageBeg_);
+  std::memcpy(dst, stage_.data() + stageBeg_, n);
+  stageBeg_ += n;
+  return static_cast<ssize_t>(n);
+}
+
 void TcpConnection::wait(bool forSend, int64_t timeoutUs) {
+  if (!forSend && hasStaged()) return;
   pollfd p{fd_, pollEvents(), 0};
   if (p.events == 0) return;
   int ms = static_cast<int>((timeoutUs + 999) / 1000);

@@ -6,6 +6,9 @@
 // progress() reads incoming frames into a local FIFO of receive slots, and
 // stops reading while all of them are full, which leaves the peer's data in
 // the kernel and so throttles the peer: credits without extra messages.
+// Headers and small frames are read through a staging buffer, so that one
+// receive takes a whole small frame (or several) and a short read tells that
+// the socket is empty; a large frame's body goes straight into its slot.
 // Progress is driven by whichever thread waits (the executor), so no helper
 // thread touches the data.
 #pragma once
@@ -48,9 +51,16 @@ class TcpConnection final : public Connection {
   // True when progress() has bytes it could not write yet.
   bool wantsWrite() const { return sent_ != posted_; }
   short pollEvents() const override;
+  // Staged bytes a free slot could take: news that poll() on the socket cannot see.
+  bool prepareWait() override { return hasStaged(); }
+  bool hasStaged() const { return stageBeg_ != stageEnd_ && filled_ - consumed_ < depth_; }
 
  private:
   Status fail(const char* what, int err);
+  // Up to `want` bytes of the stream into dst: from the staging buffer, else from the socket
+  // (through the staging buffer when want is small). recv()'s contract: > 0 bytes, 0 at the
+  // peer's close, -1 with errno (EAGAIN: nothing now).
+  ssize_t readSome(char* dst, size_t want);
   std::string closedText() const;
   char* sendSlotPtr(uint64_t i) { return sendBuf_.data() + (i % depth_) * slotBytes_; }
   char* recvSlotPtr(uint64_t i) { return recvBuf_.data() + (i % depth_) * slotBytes_; }
@@ -70,6 +80,9 @@ class TcpConnection final : public Connection {
   uint64_t filled_ = 0, consumed_ = 0;    // receive FIFO: complete frames, released
   size_t recvBytes_ = 0;                  // of frame filled_ (header included)
   alignas(8) char recvHeader_[40] = {};  // the frame header being read
+  std::vector<char> stage_;               // bytes read ahead of the frame being filled
+  size_t stageBeg_ = 0, stageEnd_ = 0;
+  bool drained_ = false;  // this progress() saw the socket empty (a short read)
   Status error_;
   bool eof_ = false;  // the peer closed its sending side
 };
