@@ -388,7 +388,7 @@ std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct, bool mul
         all.push_back(Algo::Hier);
       break;
     case Coll::AllGather: all = {Algo::Ring, Algo::Rhd}; break;
-    case Coll::ReduceScatter: all = {Algo::Ring}; break;
+    case Coll::ReduceScatter: all = {Algo::Ring, Algo::Rhd}; break;
     case Coll::Broadcast:
     case Coll::Reduce: all = {Algo::Chain}; break;
     case Coll::AllToAll: all = {Algo::Direct}; break;

@@ -73,6 +73,19 @@ std::vector<int> range(int lo, int hi) {
   return v;
 }
 
+// The halving step at distance d for vrank v: the partner rank, the units v keeps (the half
+// of its 2d-group that holds v) and the units it gives.
+struct Halving {
+  int peer;
+  std::vector<int> keep, give;
+};
+Halving halving(const Fold& f, int v, int d) {
+  const int lo = v & ~(2 * d - 1);
+  const bool upper = (v & d) != 0;
+  return {f.rankOf(v ^ d), upper ? range(lo + d, lo + 2 * d) : range(lo, lo + d),
+          upper ? range(lo, lo + d) : range(lo + d, lo + 2 * d)};
+}
+
 }  // namespace
 
 Schedule buildRhdAllReduce(int rank, int n, size_t count) {
@@ -108,11 +121,7 @@ Schedule buildRhdAllReduce(int rank, int n, size_t count) {
   }
   // Halving: at distance d, keep the half of the 2d-group that holds v.
   for (int d = f.pow2 / 2; d >= 1; d /= 2) {
-    const int peer = f.rankOf(v ^ d);
-    const int lo = v & ~(2 * d - 1);
-    const bool upper = (v & d) != 0;
-    const std::vector<int> keep = upper ? range(lo + d, lo + 2 * d) : range(lo, lo + d);
-    const std::vector<int> give = upper ? range(lo, lo + d) : range(lo + d, lo + 2 * d);
+    const auto [peer, keep, give] = halving(f, v, d);
     const uint8_t last = d == 1 ? kPost : 0;
     exchange(
         give, keep,
@@ -137,6 +146,70 @@ Schedule buildRhdAllReduce(int rank, int n, size_t count) {
   }
   if (folded >= 0)
     for (int u : all) unitStep(StepOp::Send, -1, folded, Buf::Recv, u, 0);
+  return s;
+}
+
+// Reduce-scatter: the halving of the all-reduce over blocks, where unit u is the blocks of the
+// ranks vrank u plays for (its own, and its folded partner's), partial sums kept in scratch
+// (block b at b * count). In the last exchange each rank receives its own unit: its own block
+// goes straight to recv, finished; a folded partner's block is finished in scratch and handed
+// back.
+Schedule buildRhdReduceScatter(int rank, int n, size_t count) {
+  Schedule s = emptySchedule(Coll::ReduceScatter, "rhd", rank, n, -1, count);
+  auto& st = s.channels[0];
+  auto block = [count](int b) { return static_cast<size_t>(b) * count; };
+  if (n == 1) {
+    push(st, makeStep(StepOp::Copy, -1, -1, {Buf::Send, 0}, {Buf::Recv, 0}, count, kPre | kPost));
+    return s;
+  }
+  s.scratchCount = static_cast<size_t>(n) * count;
+  const Fold f = makeFold(n);
+  const int v = f.vrankOf(rank);
+  if (v < 0) {
+    // Folded rank: hand every block over, receive its own finished block.
+    for (int b = 0; b < n; ++b)
+      push(st, makeStep(StepOp::Send, -1, rank + 1, {Buf::Send, block(b)}, {Buf::Recv, 0}, count, kPre));
+    push(st, makeStep(StepOp::Recv, rank + 1, -1, {Buf::Recv, 0}, {Buf::Recv, 0}, count));
+    return s;
+  }
+  // The blocks of unit u, in rank order.
+  auto blocksOf = [&f](int u) {
+    const int r = f.rankOf(u);
+    return u < f.extra ? std::vector<int>{r - 1, r} : std::vector<int>{r};
+  };
+  std::vector<bool> inScratch(static_cast<size_t>(n), false);
+  const int folded = rank < 2 * f.extra ? rank - 1 : -1;
+  if (folded >= 0) {
+    for (int b = 0; b < n; ++b)
+      push(st, makeStep(StepOp::RecvReduceCopy, folded, -1, {Buf::Send, block(b)},
+                        {Buf::Scratch, block(b)}, count, kPre));
+    inScratch.assign(inScratch.size(), true);
+  }
+  auto src = [&](int b) {
+    return BufRef{inScratch[static_cast<size_t>(b)] ? Buf::Scratch : Buf::Send, block(b)};
+  };
+  auto pre = [&](int b) -> uint8_t { return inScratch[static_cast<size_t>(b)] ? 0 : kPre; };
+  for (int d = f.pow2 / 2; d >= 1; d /= 2) {
+    const auto [peer, keep, give] = halving(f, v, d);
+    std::vector<int> out, in;
+    for (int u : give)
+      for (int b : blocksOf(u)) out.push_back(b);
+    for (int u : keep)
+      for (int b : blocksOf(u)) in.push_back(b);
+    exchange(
+        out, in,
+        [&](int b) { push(st, makeStep(StepOp::Send, -1, peer, src(b), src(b), count, pre(b))); },
+        [&](int b) {
+          // The last exchange finishes this rank's unit: its own block into recv.
+          const bool last = d == 1;
+          const BufRef dst = last && b == rank ? BufRef{Buf::Recv, 0} : BufRef{Buf::Scratch, block(b)};
+          push(st, makeStep(StepOp::RecvReduceCopy, peer, -1, src(b), dst, count,
+                            static_cast<uint8_t>(pre(b) | (last ? kPost : 0))));
+          inScratch[static_cast<size_t>(b)] = true;
+        });
+  }
+  if (folded >= 0)
+    push(st, makeStep(StepOp::Send, -1, folded, {Buf::Scratch, block(folded)}, {Buf::Recv, 0}, count));
   return s;
 }
 

@@ -62,11 +62,22 @@ void chunkRange(size_t count, int n, int c, size_t* offset, size_t* len) {
   pieceRange(count, static_cast<size_t>(n), static_cast<size_t>(c), offset, len);
 }
 
+const char* bufName(Buf b) {
+  switch (b) {
+    case Buf::Send: return "send";
+    case Buf::Recv: return "recv";
+    case Buf::Scratch: return "scratch";
+  }
+  return "?";
+}
+
 std::string toJson(const Schedule& s) {
   std::ostringstream o;
   o << "{\"coll\":\"" << collName(s.coll) << "\",\"algorithm\":\"" << s.algorithm
     << "\",\"rank\":" << s.rank << ",\"nranks\":" << s.nranks << ",\"root\":" << s.root
-    << ",\"count\":" << s.count << ",\"channels\":[";
+    << ",\"count\":" << s.count;
+  if (s.scratchCount > 0) o << ",\"scratchCount\":" << s.scratchCount;
+  o << ",\"channels\":[";
   for (size_t c = 0; c < s.channels.size(); ++c) {
     o << (c ? "," : "") << "[";
     for (size_t i = 0; i < s.channels[c].size(); ++i) {
@@ -75,10 +86,10 @@ std::string toJson(const Schedule& s) {
       if (st.recvPeer >= 0) o << ",\"recvPeer\":" << st.recvPeer;
       if (st.sendPeer >= 0) o << ",\"sendPeer\":" << st.sendPeer;
       if (stepReads(st.op))
-        o << ",\"src\":[\"" << (st.src.buf == Buf::Send ? "send" : "recv") << "\","
+        o << ",\"src\":[\"" << bufName(st.src.buf) << "\","
           << st.src.offset << "]";
       if (stepWrites(st.op))
-        o << ",\"dst\":[\"" << (st.dst.buf == Buf::Send ? "send" : "recv") << "\","
+        o << ",\"dst\":[\"" << bufName(st.dst.buf) << "\","
           << st.dst.offset << "]";
       o << ",\"count\":" << st.count;
       if (st.flags) o << ",\"flags\":" << static_cast<int>(st.flags);
@@ -160,7 +171,8 @@ bool algoBuilds(Algo a, Coll coll) {
     case Algo::Tree:
     case Algo::Hier:
     case Algo::Rd: return coll == Coll::AllReduce;
-    case Algo::Rhd: return coll == Coll::AllReduce || coll == Coll::AllGather;
+    case Algo::Rhd:
+      return coll == Coll::AllReduce || coll == Coll::AllGather || coll == Coll::ReduceScatter;
     case Algo::Chain: return coll == Coll::Broadcast || coll == Coll::Reduce;
     case Algo::Direct: return coll == Coll::AllToAll;
   }
@@ -177,8 +189,9 @@ Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, 
       case Algo::Hier: return buildHierAllReduce(rank, nranks, count, hostOf);
       case Algo::Rd: return buildRdAllReduce(rank, nranks, count);
       case Algo::Rhd:
-        return coll == Coll::AllReduce ? buildRhdAllReduce(rank, nranks, count)
-                                       : buildRhdAllGather(rank, nranks, count);
+        return coll == Coll::AllReduce   ? buildRhdAllReduce(rank, nranks, count)
+               : coll == Coll::AllGather ? buildRhdAllGather(rank, nranks, count)
+                                         : buildRhdReduceScatter(rank, nranks, count);
       default: break;
     }
   }

@@ -44,8 +44,11 @@ bool stepSends(StepOp op);
 bool stepReads(StepOp op);   // uses src
 bool stepWrites(StepOp op);  // writes dst
 
-// Which buffer of the operation a range lives in.
-enum class Buf : uint8_t { Send = 0, Recv = 1 };
+// Which buffer of the operation a range lives in. Scratch is the communicator's own memory
+// (Schedule::scratchCount elements, allocated once and kept), for partial results that belong
+// in neither of the caller's buffers.
+enum class Buf : uint8_t { Send = 0, Recv = 1, Scratch = 2 };
+const char* bufName(Buf b);
 
 struct BufRef {
   Buf buf = Buf::Send;
@@ -74,6 +77,7 @@ struct Schedule {
   int nranks = 1;
   int root = -1;
   size_t count = 0;  // the collective's count argument
+  size_t scratchCount = 0;  // elements of Buf::Scratch the steps use (0: none)
   std::vector<std::vector<Step>> channels;  // channels[c] = ordered steps
 };
 
@@ -118,11 +122,12 @@ Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inP
 Schedule buildTreeAllReduce(int rank, int nranks, size_t count,
                             const std::vector<int>& hostOf = {});
 // Recursive halving-doubling (rhd.cc): any rank count (non-powers of two fold
-// the first ranks onto their successors). Reduce-scatter has no rhd form: the
-// halving keeps partial sums of other ranks' blocks, and a reduce-scatter's
-// receive buffer holds only this rank's block (the IR has no scratch buffer).
+// the first ranks onto their successors). Reduce-scatter is the halving alone; it keeps
+// partial sums of other ranks' blocks, which a reduce-scatter's receive buffer (this rank's
+// block only) cannot hold, in scratch (n blocks).
 Schedule buildRhdAllReduce(int rank, int nranks, size_t count);
 Schedule buildRhdAllGather(int rank, int nranks, size_t count);
+Schedule buildRhdReduceScatter(int rank, int nranks, size_t count);
 // Recursive doubling of whole buffers (rhd.cc, "rd"): log2(n') exchanges, the fewest rounds
 // (one for 2 ranks), each carrying the whole buffer; for small messages. Folds as rhd does.
 Schedule buildRdAllReduce(int rank, int nranks, size_t count);

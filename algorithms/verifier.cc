@@ -56,6 +56,7 @@ struct ChannelState {
 struct RankState {
   Cells mem;  // the rank's buffers, aliased as the collective defines in place
   size_t sendBase = 0, sendSize = 0, recvBase = 0, recvSize = 0;
+  size_t scratchBase = 0, scratchSize = 0;  // the schedule's scratch, after the buffers
   std::vector<ChannelState> ch;
   // Channel race tracking (only with several channels): per element, the
   // channel that wrote it and the channel that read it (-2: several), or -1.
@@ -84,7 +85,6 @@ std::string rankSet(const uint64_t* bits, int n) {
   return o.str();
 }
 
-const char* bufName(Buf b) { return b == Buf::Send ? "send" : "recv"; }
 
 class Simulator {
  public:
@@ -161,6 +161,10 @@ class Simulator {
       if (coll_ == Coll::AllGather) rs.sendBase = static_cast<size_t>(r) * c;
       if (coll_ == Coll::ReduceScatter) rs.recvBase = static_cast<size_t>(r) * c;
     }
+    // Scratch: its own storage, undefined until written, never an output.
+    rs.scratchBase = storage;
+    rs.scratchSize = s_[r].scratchCount;
+    storage += rs.scratchSize;
     if (storage > UINT32_MAX) return fail("buffers too large to verify");
     rs.mem.resize(storage, words_);
     if (coll_ != Coll::Broadcast || isRoot) {
@@ -180,7 +184,9 @@ class Simulator {
 
   bool checkRange(int r, size_t c, size_t i, const char* what, BufRef ref, size_t count) {
     const RankState& rs = ranks_[r];
-    size_t size = ref.buf == Buf::Send ? rs.sendSize : rs.recvSize;
+    const size_t size = ref.buf == Buf::Send   ? rs.sendSize
+                        : ref.buf == Buf::Recv ? rs.recvSize
+                                               : rs.scratchSize;
     if (ref.offset <= size && count <= size - ref.offset) return true;
     std::ostringstream o;
     o << stepName(r, c, i) << ": " << what << " " << bufName(ref.buf) << "[" << ref.offset << ", "
@@ -235,7 +241,7 @@ class Simulator {
       return fail(stepName(r, c, i) + ": kPre on a step that has no src operand");
     if (stepReads(st.op) && !checkRange(r, c, i, "src", st.src, st.count)) return false;
     if (stepWrites(st.op)) {
-      if (st.dst.buf != Buf::Recv)
+      if (st.dst.buf == Buf::Send)
         return fail(stepName(r, c, i) + ": writes the send buffer, which is read-only");
       if (!checkRange(r, c, i, "dst", st.dst, st.count)) return false;
     }
@@ -331,7 +337,7 @@ class Simulator {
   }
 
   size_t base(const RankState& rs, Buf b) const {
-    return b == Buf::Send ? rs.sendBase : rs.recvBase;
+    return b == Buf::Send ? rs.sendBase : b == Buf::Recv ? rs.recvBase : rs.scratchBase;
   }
 
   // scratch = src piece, applying kPre.

@@ -212,6 +212,7 @@ Status runCollective(Comm& comm, const Call& c) {
       plan.valid = true;
     }
     const algo::Schedule& sched = plan.schedule;
+    if (sched.scratchCount > 0) op.scratch = comm.scratch(sched.scratchCount * op.elemSize);
     if (op.record != nullptr) {
       op.record->algorithm = sched.algorithm;
       op.record->channels = static_cast<int>(sched.channels.size());

@@ -86,6 +86,13 @@ class Comm {
     algo::Schedule schedule;
   };
   LastPlan& lastPlan() { return lastPlan_; }
+  // Scratch memory for schedules that keep partial results outside the caller's buffers
+  // (algo::Buf::Scratch): grown to the largest request and kept, its pages touched once when
+  // allocated. Used under the communicator's lock.
+  char* scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.assign(bytes, 0);
+    return scratch_.data();
+  }
   bootstrap::Bootstrap& bootstrap() { return *bootstrap_; }
   // Every rank's host merged into one graph (src/comm/topo_setup.h); nullptr when
   // LOOM_TOPO_DISABLE=1 or a host could not be described.
@@ -179,6 +186,7 @@ class Comm {
   std::vector<int> hostOf_;
   std::vector<int> ringOrder_;
   LastPlan lastPlan_;
+  std::vector<char> scratch_;
   algo::Link netLink_ = algo::Link::Tcp;
   std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist
   struct Registration {

@@ -128,8 +128,9 @@ void ArrivalNews::stampIfNew(transport::Connection* c, int peer) {
 namespace {
 
 char* bufPtr(const OpArgs& op, const algo::BufRef& ref, size_t start) {
-  char* base = ref.buf == algo::Buf::Send ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
-                                          : static_cast<char*>(op.recvbuff);
+  char* base = ref.buf == algo::Buf::Send   ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
+               : ref.buf == algo::Buf::Recv ? static_cast<char*>(op.recvbuff)
+                                            : op.scratch;
   return base + (ref.offset + start) * op.elemSize;
 }
 

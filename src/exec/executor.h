@@ -30,6 +30,7 @@ struct OpArgs {
   kernels::Reducer reducer;
   int64_t deadlineNs = 0;
   trace::OpRecord* record = nullptr;  // the flight recorder's entry, or null
+  char* scratch = nullptr;  // the schedule's Buf::Scratch (Comm::scratch), when it has one
 };
 
 // What this rank knows of the operation's entry times, spread with the data: every slot sent

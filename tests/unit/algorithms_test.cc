@@ -22,9 +22,10 @@ TEST(AlgorithmsTest, DispatchByName) {
   EXPECT_STREQ(build(Algo::Rhd, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
   EXPECT_STREQ(build(Algo::Rhd, Coll::AllGather, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
   EXPECT_STREQ(build(Algo::Hier, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "hier");
-  EXPECT_STREQ(build(Algo::Rhd, Coll::ReduceScatter, 0, 4, -1, 8, false, hosts).algorithm, "ring");
+  EXPECT_STREQ(build(Algo::Rhd, Coll::ReduceScatter, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
   EXPECT_STREQ(build(Algo::Tree, Coll::Broadcast, 0, 4, 1, 8, false, hosts).algorithm, "chain");
-  EXPECT_FALSE(algoBuilds(Algo::Rhd, Coll::ReduceScatter));
+  EXPECT_TRUE(algoBuilds(Algo::Rhd, Coll::ReduceScatter));
+  EXPECT_FALSE(algoBuilds(Algo::Rd, Coll::ReduceScatter));
   EXPECT_STREQ(build(Algo::Rd, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "rd");
   EXPECT_STREQ(build(Algo::Rd, Coll::AllGather, 0, 4, -1, 8, false, hosts).algorithm, "ring");
   Algo a;

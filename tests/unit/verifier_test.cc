@@ -164,7 +164,7 @@ std::vector<size_t> layoutCountsFor(int n, bool quadratic) {
   return counts;
 }
 
-enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier, RdAllReduce };
+enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier, RdAllReduce, RhdReduceScatter };
 
 const char* builderName(Builder b) {
   switch (b) {
@@ -174,6 +174,7 @@ const char* builderName(Builder b) {
     case Builder::RhdAllGather: return "rhd_allgather";
     case Builder::Hier: return "hier";
     case Builder::RdAllReduce: return "rd_allreduce";
+    case Builder::RhdReduceScatter: return "rhd_reducescatter";
   }
   return "?";
 }
@@ -190,6 +191,7 @@ Schedule buildOne(Builder b, int r, int n, size_t count, const std::vector<int>&
     case Builder::RhdAllGather: return buildRhdAllGather(r, n, count);
     case Builder::Hier: return buildHierAllReduce(r, n, count, hosts);
     case Builder::RdAllReduce: return buildRdAllReduce(r, n, count);
+    case Builder::RhdReduceScatter: return buildRhdReduceScatter(r, n, count);
   }
   return Schedule{};
 }
@@ -201,7 +203,7 @@ TEST_P(NewBuilderSweep, Verifies) {
   const bool usesHosts = b == Builder::TreeHosts || b == Builder::Hier;
   auto layouts = usesHosts ? layoutsFor(n) : decltype(layoutsFor(n)){{"none", {}}};
   for (const auto& [lname, hosts] : layouts) {
-    for (size_t count : layoutCountsFor(n, b == Builder::RhdAllGather)) {
+    for (size_t count : layoutCountsFor(n, b == Builder::RhdAllGather || b == Builder::RhdReduceScatter)) {
       std::vector<Schedule> s;
       for (int r = 0; r < n; ++r) s.push_back(buildOne(b, r, n, count, hosts));
       for (size_t slot : {size_t{16}, size_t{4096}}) {
@@ -234,7 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
     All, NewBuilderSweep,
     ::testing::Combine(::testing::Values(Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
                                          Builder::RhdAllGather, Builder::Hier,
-                                         Builder::RdAllReduce),
+                                         Builder::RdAllReduce, Builder::RhdReduceScatter),
                        ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
     newSweepName);
 
