@@ -121,7 +121,10 @@ Schedule buildRhdAllReduce(int rank, int n, size_t count) {
   }
   // Halving: at distance d, keep the half of the 2d-group that holds v.
   for (int d = f.pow2 / 2; d >= 1; d /= 2) {
-    const auto [peer, keep, give] = halving(f, v, d);
+    const Halving h = halving(f, v, d);
+    const int peer = h.peer;
+    const std::vector<int>& keep = h.keep;
+    const std::vector<int>& give = h.give;
     const uint8_t last = d == 1 ? kPost : 0;
     exchange(
         give, keep,
@@ -190,7 +193,10 @@ Schedule buildRhdReduceScatter(int rank, int n, size_t count) {
   };
   auto pre = [&](int b) -> uint8_t { return inScratch[static_cast<size_t>(b)] ? 0 : kPre; };
   for (int d = f.pow2 / 2; d >= 1; d /= 2) {
-    const auto [peer, keep, give] = halving(f, v, d);
+    const Halving h = halving(f, v, d);
+    const int peer = h.peer;
+    const std::vector<int>& keep = h.keep;
+    const std::vector<int>& give = h.give;
     std::vector<int> out, in;
     for (int u : give)
       for (int b : blocksOf(u)) out.push_back(b);
