@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "api/calibrate.h"
 #include "api/device.h"
 #include "bootstrap/unique_id.h"
 #include "mem/mem.h"
@@ -162,6 +163,7 @@ Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
                 const CommOptions& opts) {
   if (opts.blocking) {
     LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts));
+    LOOM_CHECK(calibrate(*impl));
     auto* h = new loomComm();
     h->impl = std::move(impl);
     registerComm(h);
@@ -174,6 +176,7 @@ Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
   *out = h;
   h->worker->post([h, id, nranks, rank, opts]() -> Status {
     LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts, &h->abortRequested));
+    LOOM_CHECK(calibrate(*impl));
     publish(h, std::move(impl));
     return Status::ok();
   });

@@ -113,9 +113,10 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   const size_t bytes = count * elemSize;
   int bucket = 0;
   while (bucket < 63 && (size_t{1} << bucket) < bytes) ++bucket;
-  using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>>;
+  using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>, std::string>;
   const Key key{ci, bucket, elemSize, cands,
-                (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0), hostOf};
+                (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0), hostOf,
+                comm.costTable()};
   static std::mutex m;
   static std::map<Key, Algo> cache;
   {
@@ -131,6 +132,9 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   links.inter = comm.netLink();
   if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
     model.links[static_cast<int>(algo::Link::Net)].beta_us_per_byte = 1.0 / (comm.netGbps() / 8 * 1e3);
+  // Measured at start-up (checked when installed), over everything else.
+  if (!comm.costTable().empty())
+    (void)algo::applyCostTable(comm.costTable(), "the start-up calibration", &model);
   Algo best = cands[0];
   double bestUs = 0;
   for (Algo a : cands) {

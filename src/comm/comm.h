@@ -86,6 +86,15 @@ class Comm {
     algo::Schedule schedule;
   };
   LastPlan& lastPlan() { return lastPlan_; }
+  // The start-up calibration's cost table (src/api/calibrate.h; LOOM_TUNER_TABLE's format),
+  // the same text on every rank; empty when not calibrated. The tuner applies it last.
+  Status setCostTable(const std::string& text) {
+    algo::CostModel probe = algo::defaultCostModel();
+    LOOM_CHECK(algo::applyCostTable(text, "the start-up calibration", &probe));
+    costTable_ = text;
+    return Status::ok();
+  }
+  const std::string& costTable() const { return costTable_; }
   // Scratch memory for schedules that keep partial results outside the caller's buffers
   // (algo::Buf::Scratch): grown to the largest request and kept, its pages touched once when
   // allocated. Used under the communicator's lock.
@@ -186,6 +195,7 @@ class Comm {
   std::vector<int> hostOf_;
   std::vector<int> ringOrder_;
   LastPlan lastPlan_;
+  std::string costTable_;
   std::vector<char> scratch_;
   algo::Link netLink_ = algo::Link::Tcp;
   std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist

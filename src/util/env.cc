@@ -63,6 +63,9 @@ constexpr Var kVars[] = {
     {"LOOM_TUNER_TABLE", "",
      "a measured cost table for the tuner (lines: link alpha_us GB/s [overhead_us]; "
      "links shm, tcp, nvlink, pcie, net; reduce GB/s) over its defaults"},
+    {"LOOM_TUNER_CALIBRATE", "0",
+     "1: at start-up rank 0 times ping-pongs over each kind of link it has and every rank's "
+     "tuner prices with that fit (over LOOM_TUNER_TABLE)"},
     {"LOOM_PROTO", "",
      "protocols: LL (input and flag in one cache line, up to 56 B) or simple; same syntax as "
      "LOOM_ALGO",
@@ -175,6 +178,10 @@ bool gdrDisable() {
 }
 bool shmDisable() {
   static const bool value = toInt("LOOM_SHM_DISABLE") != 0;
+  return value;
+}
+bool tunerCalibrate() {
+  static const bool value = toInt("LOOM_TUNER_CALIBRATE") != 0;
   return value;
 }
 

@@ -20,6 +20,7 @@ const std::string& commPort();       // LOOM_COMM_PORT (parsed by loomCommInitFr
 const std::string& socketIfname();   // LOOM_SOCKET_IFNAME
 int64_t timeoutMs();                 // LOOM_TIMEOUT_MS
 bool shmDisable();                   // LOOM_SHM_DISABLE
+bool tunerCalibrate();               // LOOM_TUNER_CALIBRATE
 int64_t slotBytes();                 // LOOM_SLOT_BYTES
 int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
 int64_t spinCount();                 // LOOM_SPIN_COUNT

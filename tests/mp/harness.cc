@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -798,6 +800,13 @@ SuiteStats runSuite(loomComm_t comm, int rank, int n, const std::vector<Case>& c
           rank, st.cases, st.failedCases, st.apiErrors, st.seconds, calls.c_str(),
           static_cast<int>(b.large * 1000));
   return st;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace loomtest

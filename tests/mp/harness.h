@@ -92,6 +92,9 @@ struct LaunchResult {
 // LOOM_MP_VERBOSE set in the environment, prints every rank's output.
 LaunchResult launch(const LaunchOptions& opts, const RankFn& fn);
 
+// The whole contents of a file ("" when it cannot be read).
+std::string readFile(const std::string& path);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int freeLoopbackPort();
 

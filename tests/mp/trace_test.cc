@@ -22,13 +22,6 @@
 namespace loomtest {
 namespace {
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A fresh directory under /tmp, removed with everything in it when the test ends (ranks leave
 // through _exit, so only the test's own process removes it).
 struct TempDir {
