@@ -21,8 +21,7 @@ std::string Waiter::where() const {
 }
 
 Status Waiter::failed(Status s, const std::string& what, int peer) {
-  if (comm_.aborted())
-    return LOOM_ERROR(loomInvalidUsage, where() + " was aborted by loomCommAbort");
+  if (comm_.aborted()) return abortedError();
   // The link names the rank lost first; where that rank shares this host, say whether its
   // process is gone.
   const int lost = comm_.conn(peer)->lostRank();
@@ -36,34 +35,21 @@ Status Waiter::failed(Status s, const std::string& what, int peer) {
   return more.empty() ? s : Status(s.code(), s.message() + more, s.file(), s.line());
 }
 
-Status Waiter::check(int peer, const std::string& what, int64_t* nextLiveCheck) {
-  const std::string where = this->where();
-  if (comm_.aborted())
-    return LOOM_ERROR(loomInvalidUsage, where + " was aborted by loomCommAbort");
-  comm_.pollDumpRequest();
-  int64_t now = nowNs();
-  if (now > op_.deadlineNs) {
-    std::string msg = where + " timed out after " + std::to_string(comm_.options().timeoutMs) +
-                      " ms waiting for rank " + std::to_string(peer) + " (" + what + ")";
-    // On this host the peer publishes its last completed operation; elsewhere the last news
-    // from it (the stamps riding with its data) says which operation it was last seen in.
-    if (uint64_t last = comm_.peerLastSeq(peer))
-      msg += "; rank " + std::to_string(peer) + " last completed operation #" +
-             std::to_string(last);
-    else if (uint64_t seen = comm_.recorder().peerSeenSeq(peer))
-      msg += "; the last news from rank " + std::to_string(peer) + " is from operation #" +
-             std::to_string(seen);
-    return LOOM_ERROR(loomTimeout, msg);
-  }
-  if (now >= *nextLiveCheck) {
-    *nextLiveCheck = now + 100'000'000;
-    Status s = comm_.checkPeerAlive(peer);
-    if (!s.isOk()) {
-      comm_.noteLost(peer);
-      return s.prefix(where + ": " + what + ": ");
-    }
-  }
-  return Status::ok();
+Status Waiter::abortedError() const {
+  return LOOM_ERROR(loomInvalidUsage, where() + " was aborted by loomCommAbort");
+}
+
+Status Waiter::timedOut(int peer, const std::string& what) const {
+  std::string msg = where() + " timed out after " + std::to_string(comm_.options().timeoutMs) +
+                    " ms waiting for rank " + std::to_string(peer) + " (" + what + ")";
+  // On this host the peer publishes its last completed operation; elsewhere the last news
+  // from it (the stamps riding with its data) says which operation it was last seen in.
+  if (uint64_t last = comm_.peerLastSeq(peer))
+    msg += "; rank " + std::to_string(peer) + " last completed operation #" + std::to_string(last);
+  else if (uint64_t seen = comm_.recorder().peerSeenSeq(peer))
+    msg += "; the last news from rank " + std::to_string(peer) + " is from operation #" +
+           std::to_string(seen);
+  return LOOM_ERROR(loomTimeout, msg);
 }
 
 void Waiter::block(transport::Connection* conn, bool forSend) {

@@ -4,9 +4,9 @@
 // All waiting happens in Waiter: spin (polling the connection and every
 // socket), then yield, then block on the connection (futex for shared
 // memory, poll() for sockets). Every wait checks the abort flag, the
-// operation's deadline, and, about every 100 ms, whether a local peer's
-// process still exists; a timeout names the operation, its sequence number,
-// the step and the peer waited for.
+// operation's deadline, and, from 10 ms into the wait and then every 100 ms,
+// whether a local peer's process still exists; a timeout names the
+// operation, its sequence number, the step and the peer waited for.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +82,12 @@ class Waiter {
  private:
   uint64_t spinCount() const { return comm_.spinCount(); }
   static void yieldCpu();
-  Status check(int peer, const std::string& what, int64_t* nextLiveCheck);
+  // The abort flag, the deadline and (now and then) the peer's process. what() is called
+  // only to word an error.
+  template <typename What>
+  Status check(int peer, What&& what, int64_t* nextLiveCheck);
+  Status abortedError() const;
+  Status timedOut(int peer, const std::string& what) const;
   // A transport failure, put in the operation's terms (or the abort's).
   Status failed(Status s, const std::string& what, int peer);
   std::string where() const;
@@ -109,6 +114,30 @@ struct P2POp {
 Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op);
 
 // --- template implementation ---
+
+// A wait looks at a local peer's process (/proc, some microseconds) first this long into the
+// wait, when most waits are over, then every kLiveCheckNs.
+constexpr int64_t kFirstLiveCheckNs = 10'000'000;
+constexpr int64_t kLiveCheckNs = 100'000'000;
+
+template <typename What>
+Status Waiter::check(int peer, What&& what, int64_t* nextLiveCheck) {
+  if (comm_.aborted()) return abortedError();
+  comm_.pollDumpRequest();
+  const int64_t now = nowNs();
+  if (now > op_.deadlineNs) return timedOut(peer, what());
+  if (*nextLiveCheck == 0) {
+    *nextLiveCheck = now + kFirstLiveCheckNs;
+  } else if (now >= *nextLiveCheck) {
+    *nextLiveCheck = now + kLiveCheckNs;
+    Status s = comm_.checkPeerAlive(peer);
+    if (!s.isOk()) {
+      comm_.noteLost(peer);
+      return s.prefix(where() + ": " + what() + ": ");
+    }
+  }
+  return Status::ok();
+}
 
 template <typename Ready, typename What>
 Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, What&& what) {
@@ -137,7 +166,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
       continue;
     }
     if (i == spins) blockedSince = nowNs();
-    s = check(conn->peer(), what(), &nextLiveCheck);
+    s = check(conn->peer(), what, &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + 16)
       yieldCpu();
@@ -162,7 +191,7 @@ Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint
     if (i == spins) blockedSince = nowNs();
     Status s = comm_.conn(peer)->progress();
     if (!s.isOk()) return ready() ? Status::ok() : failed(s, what(), peer);
-    s = check(peer, what(), &nextLiveCheck);
+    s = check(peer, what, &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + 16) {
       yieldCpu();

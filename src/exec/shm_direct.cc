@@ -52,7 +52,8 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   const kernels::Reducer& red = op.reducer;
   const bool scale = red.hasScale;
   Waiter waiter(comm, op);
-  ShmDirectHeader* mine = shm.direct[static_cast<size_t>(me)].header();
+  auto header = [&](int q) { return shm.direct[static_cast<size_t>(q)].header(); };
+  ShmDirectHeader* mine = header(me);
   const char* send = static_cast<const char*>(op.sendbuff);
   char* recv = static_cast<char*>(op.recvbuff);
   // Scratch for source pointers, kept per thread so the fast path does not allocate.
@@ -61,33 +62,34 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   slice.resize(static_cast<size_t>(n));
   inputs.resize(static_cast<size_t>(n));
 
-  // Each peer's first data is the moment its input was first seen ready here: for the peers
-  // ready at the first look, one clock read serves them all; a peer waited for is timed when
-  // its wait ends. With the recorder off (or `note` false), no clock is read.
-  int64_t seenNs = 0;
-  auto noteSeen = [&](int q, bool waited) {
-    if (waited) {
-      trace::FlightRecorder::noteFirstArrivalAt(op.record, q, nowNs());
-      return;
+  // Waits until every peer's counter wordOf(q) reaches target. With `note`, records when each
+  // peer's data was first seen here: the peers ready at the first look share one clock read,
+  // taken after every look (so never before a peer published); a peer waited for is timed when
+  // its wait ends. With the recorder off, no clock is read.
+  thread_local std::vector<int> pending;
+  auto waitAll = [&](auto wordOf, uint32_t target, auto what, bool note) -> Status {
+    pending.clear();
+    for (int q = 0; q < n; ++q)
+      if (q != me && !reached(*wordOf(q).first, target)) pending.push_back(q);
+    note = note && op.record != nullptr;
+    if (note && pending.size() + 1 < static_cast<size_t>(n)) {
+      const int64_t seenNs = nowNs();
+      for (int q = 0, k = 0; q < n; ++q) {
+        if (k < static_cast<int>(pending.size()) && pending[static_cast<size_t>(k)] == q) {
+          ++k;
+          continue;
+        }
+        if (q != me) trace::FlightRecorder::noteFirstArrivalAt(op.record, q, seenNs);
+      }
     }
-    if (seenNs == 0) seenNs = nowNs();
-    trace::FlightRecorder::noteFirstArrivalAt(op.record, q, seenNs);
-  };
-  auto waitAll = [&](std::atomic<uint32_t> ShmDirectHeader::*field, uint32_t target,
-                     const char* phase, bool note) -> Status {
-    for (int q = 0; q < n; ++q) {
-      if (q == me) continue;
-      ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
-      std::atomic<uint32_t>& word = h->*field;
-      const bool ready = reached(word, target);
-      if (!ready)
-        LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, target); },
-                                    [&] { return std::string("direct all-reduce, ") + phase; }));
-      if (note) noteSeen(q, !ready);
+    for (int q : pending) {
+      auto [word, h] = wordOf(q);
+      LOOM_CHECK(waiter.untilWord(q, word, &h->sleepers, [&] { return reached(*word, target); },
+                                  what));
+      if (note) trace::FlightRecorder::noteFirstArrivalAt(op.record, q, nowNs());
     }
     return Status::ok();
   };
-
   // Buffer reuse needs no extra handshake: round g's buffer was last read in
   // round g-2, and every peer has published its round g-1 input (this rank
   // waited for it), which it does only after finishing round g-2.
@@ -112,21 +114,11 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     else
       std::memcpy(line.data, send, count * es);
     publish(line.round, mine, g);
-    for (int q = 0; q < n; ++q) {
-      ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
-      std::atomic<uint32_t>& word = h->ll[g & 1].round;
-      if (q != me) {
-        const bool ready = reached(word, g);
-        if (!ready)
-          LOOM_CHECK(waiter.untilWord(q, &word, &h->sleepers, [&] { return reached(word, g); },
-                                      [] { return std::string("low-latency all-reduce"); }));
-        if (op.record != nullptr) noteSeen(q, !ready);
-      }
-      bufs[static_cast<size_t>(q)] = h->ll[g & 1].data;
-    }
-    noteArrivals([&](int q) {
-      return shm.direct[static_cast<size_t>(q)].header()->ll[g & 1].enterNs;
-    });
+    LOOM_CHECK(waitAll(
+        [&](int q) { return std::make_pair(&header(q)->ll[g & 1].round, header(q)); }, g,
+        [] { return std::string("low-latency all-reduce"); }, true));
+    for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = header(q)->ll[g & 1].data;
+    noteArrivals([&](int q) { return header(q)->ll[g & 1].enterNs; });
     reduceAll(red, recv, bufs, 0, count);
     return Status::ok();
   }
@@ -161,11 +153,12 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     publish(mine->ready, mine, g);
     for (int q = 0; q < n; ++q)
       bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
-    LOOM_CHECK(waitAll(&ShmDirectHeader::ready, g, "waiting for peers' input",
-                       off == 0 && op.record != nullptr));
+    LOOM_CHECK(waitAll([&](int q) { return std::make_pair(&header(q)->ready, header(q)); }, g,
+                       [] { return std::string("direct all-reduce, waiting for peers' input"); },
+                       off == 0));
     // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here.
     for (int q = 0; q < n; ++q) {
-      const ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
+      const ShmDirectHeader* h = header(q);
       const uint64_t token = q == me ? in.token : h->inputToken[g & 1];
       const uint64_t offset = q == me ? in.offset : h->inputOffset[g & 1];
       const char*& src = inputs[static_cast<size_t>(q)];
@@ -181,9 +174,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       src = base.value() + offset;
     }
     if (off == 0)
-      noteArrivals([&](int q) {
-        return shm.direct[static_cast<size_t>(q)].header()->enterNs[g & 1];
-      });
+      noteArrivals([&](int q) { return header(q)->enterNs[g & 1]; });
 
     if (symmetric) {
       reduceAll(red, recv + off * es, bufs, 0, len);
@@ -197,7 +188,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
         size_t qo, ql;
         algo::chunkRange(len, n, q, &qo, &ql);
         if (q != me) {
-          ShmDirectHeader* h = shm.direct[static_cast<size_t>(q)].header();
+          ShmDirectHeader* h = header(q);
           if (!reached(h->reduced, g))
             LOOM_CHECK(waiter.untilWord(q, &h->reduced, &h->sleepers,
                                         [&] { return reached(h->reduced, g); },
