@@ -1,6 +1,7 @@
 #include "algorithms/graph_links.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace loom::algo {
 
@@ -37,6 +38,44 @@ Result<GraphLinks> linksFromGraph(const topo::System& system,
     g.model.links[static_cast<int>(g.links.inter)].beta_us_per_byte = 1.0 / (g.interGBps * 1e3);
   }
   return g;
+}
+
+RingOrderChoice commRingOrder(const topo::System* system, const std::vector<int>& hostOf,
+                              const std::vector<int>& cudaDev) {
+  auto hostMajor = [&](const std::string& why) {
+    return RingOrderChoice{hostMajorOrder(hostOf), false, "host-major (" + why + ")"};
+  };
+  if (system == nullptr) return hostMajor("no system graph");
+  const size_t n = hostOf.size();
+  if (cudaDev.size() != n) return hostMajor("no device list");
+  std::vector<topo::RankPlace> places(n);
+  for (size_t r = 0; r < n; ++r) {
+    const std::string rank = "rank " + std::to_string(r);
+    if (cudaDev[r] < 0) return hostMajor(rank + " has no GPU");
+    if (system->gpu(hostOf[r], cudaDev[r]) < 0)
+      return hostMajor("host " + std::to_string(hostOf[r]) + "'s graph has no GPU " +
+                       std::to_string(cudaDev[r]) + ", " + rank + "'s device");
+    places[r] = {hostOf[r], topo::NodeType::Gpu, cudaDev[r]};
+  }
+  Result<topo::RingPlan> plan = topo::searchRings(*system, places);
+  if (!plan.isOk()) return hostMajor("ring search: " + plan.status().message());
+  if (plan.value().channels.empty()) return hostMajor("the ring search found no ring");
+  std::vector<int> ring = plan.value().channels[0].ring;
+  std::vector<int> sorted = ring;
+  std::sort(sorted.begin(), sorted.end());
+  bool identity = true;
+  for (size_t r = 0; r < n; ++r) {
+    if (sorted.size() != n || sorted[r] != static_cast<int>(r))
+      return hostMajor("the ring search's ring is not a permutation of the ranks");
+    identity = identity && ring[r] == static_cast<int>(r);
+  }
+  if (identity) ring.clear();  // rank order, as hostMajorOrder says it
+  char bw[64];
+  std::snprintf(bw, sizeof(bw), "%.1f", plan.value().bwPerChannel);
+  return RingOrderChoice{std::move(ring), true,
+                         "channel 0 of the ring search over the graph (" +
+                             std::to_string(plan.value().channels.size()) + " channel(s) of " +
+                             bw + " GB/s)"};
 }
 
 }  // namespace loom::algo

@@ -10,6 +10,7 @@
 // across a host's boundary). Latencies stay the model's. A pure function: no I/O.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "algorithms/cost.h"
@@ -28,5 +29,19 @@ struct GraphLinks {
 Result<GraphLinks> linksFromGraph(const topo::System& system,
                                   const std::vector<topo::RankPlace>& ranks,
                                   const CostModel& base);
+
+// A communicator's ring order (Comm::ringOrder). Where every rank runs on a GPU the graph has
+// (cudaDev[r], a device index on host hostOf[r]), channel 0 of searchRings: rings follow
+// NVLink inside a host and enter and leave it through the NIC nearest its GPUs. Otherwise (no
+// graph, a CPU rank, a device the graph lacks, a failed search) hostMajorOrder(hostOf), which is
+// what the search answers for CPU ranks. An empty order is rank order (as hostMajorOrder
+// gives it). `how` says which, and why, for the log.
+struct RingOrderChoice {
+  std::vector<int> order;
+  bool fromGraph = false;
+  std::string how;
+};
+RingOrderChoice commRingOrder(const topo::System* system, const std::vector<int>& hostOf,
+                              const std::vector<int>& cudaDev);
 
 }  // namespace loom::algo

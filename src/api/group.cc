@@ -62,7 +62,7 @@ void dumpSchedule(const algo::Schedule& s) {
 // (small messages), hier (ranks on more than one host), chain (broadcast, reduce) and direct
 // all-to-all. LOOM_ALGO narrows the candidates (algo::parseSelection); among
 // several, the cost model's prediction for this communicator's host layout
-// decides. Decisions are cached per layout, collective and power-of-two size.
+// decides. Decisions are cached per layout (hosts and ring order), collective and power-of-two size.
 
 const algo::Selection& selectionFrom(const std::string& text, const char* variable,
                                      const std::vector<std::string>& names) {
@@ -113,10 +113,11 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   const size_t bytes = count * elemSize;
   int bucket = 0;
   while (bucket < 63 && (size_t{1} << bucket) < bytes) ++bucket;
-  using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>, std::string>;
+  using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>,
+                         std::vector<int>, std::string>;
   const Key key{ci, bucket, elemSize, cands,
                 (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0), hostOf,
-                comm.costTable()};
+                comm.ringOrder(), comm.costTable()};
   static std::mutex m;
   static std::map<Key, Algo> cache;
   {

@@ -213,7 +213,6 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     if (it == hosts.end()) it = hosts.insert(hosts.end(), &p.host);
     c->hostOf_.push_back(static_cast<int>(it - hosts.begin()));
   }
-  c->ringOrder_ = algo::hostMajorOrder(c->hostOf_);
 
   // Ranks of this host talk over shared memory (unless disabled); others over ib where both
   // ends have a port, else TCP.
@@ -274,6 +273,16 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   c->stampsSent_.assign(static_cast<size_t>(nranks), {0, 0});
   LOOM_CHECK(syncClock(*c, deadline));
   LOOM_ASSIGN(c->system_, gatherSystem(*c));
+  {
+    std::vector<int> devs;
+    for (const PeerInfo& p : c->peers_) devs.push_back(p.cudaDev);
+    std::string how;
+    c->ringOrder_ = commRingOrder(c->system_.get(), c->hostOf_, devs, &how);
+    std::string text;
+    for (int r : c->ringOrder_) text += (text.empty() ? "" : " ") + std::to_string(r);
+    if (text.empty()) text = "rank order";
+    LOOM_INFO(kTopo, "%s: ring order %s: %s", c->describe().c_str(), text.c_str(), how.c_str());
+  }
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
             c->describe().c_str(), local.size() - 1, ibPeers.size(), tcpPeers, slotBytes,

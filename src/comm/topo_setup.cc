@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "algorithms/graph_links.h"
 #include "bootstrap/bootstrap.h"
 #include "comm/comm.h"
 #include "topology/topology.h"
@@ -107,6 +108,13 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(Comm& comm) {
   std::vector<std::string> hostOf;
   for (int r = 0; r < comm.nranks(); ++r) hostOf.push_back(comm.peer(r).host);
   return gatherSystem(comm.bootstrap(), comm.rank(), hostOf);
+}
+
+std::vector<int> commRingOrder(const topo::System* system, const std::vector<int>& hostOf,
+                               const std::vector<int>& cudaDev, std::string* how) {
+  algo::RingOrderChoice c = algo::commRingOrder(system, hostOf, cudaDev);
+  *how = std::move(c.how);
+  return std::move(c.order);
 }
 
 }  // namespace loom

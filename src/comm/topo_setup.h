@@ -41,6 +41,12 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& b
                                                          int rank,
                                                          const std::vector<std::string>& hostOf);
 
+// The communicator's ring order (Comm::ringOrder) from its graph: algo::commRingOrder, which
+// follows NVLink and NICs where every rank has a GPU in the graph and is host-major otherwise
+// (always, in a build without topology). `how` says which, for the log.
+std::vector<int> commRingOrder(const topo::System* system, const std::vector<int>& hostOf,
+                               const std::vector<int>& cudaDev, std::string* how);
+
 // This process's host description (serializeHost of localTopology()), computed once per
 // process; the error of the first attempt is kept as well, so a failing detection is not
 // retried by every communicator.

@@ -2,6 +2,8 @@
 // LOOM_TOPO_DISABLE=1 (the tuner does not need one).
 #include "comm/topo_setup.h"
 
+#include "algorithms/schedule.h"
+
 namespace loom {
 
 Result<std::shared_ptr<const topo::System>> gatherSystem(Comm&) {
@@ -15,6 +17,12 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap&, 
 
 Result<std::string> localHostBlob() {
   return LOOM_ERROR(loomInvalidUsage, "this build has no topology detection (LOOM_TOPOLOGY=OFF)");
+}
+
+std::vector<int> commRingOrder(const topo::System*, const std::vector<int>& hostOf,
+                               const std::vector<int>&, std::string* how) {
+  *how = "host-major (this build has no topology)";
+  return algo::hostMajorOrder(hostOf);
 }
 
 }  // namespace loom

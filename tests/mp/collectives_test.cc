@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -265,6 +267,93 @@ TEST(CollectivesMisc, InitAllGroupFromOneThread) {
   opts.deadlineMs = 60000;
   LaunchResult res = launch(opts, initAllRank);
   EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+// loomCommInitAll with a device list on a loaded graph (LOOM_TOPO_FILE: AWS p4d without NVLink
+// information, GPUs 0-3 on socket 0 and 4-7 on socket 1). The ranks hold the two sockets' GPUs
+// alternately, so rank order would cross between the sockets at every hop; the communicator's
+// rings follow the ring search over the graph, which crosses twice. Each rank's ring successor
+// is read from its schedule (LOOM_SCHEDULE_DUMP): the peer of its ring all-reduce's first send.
+int graphRingRank(const std::string& dumpPath) {
+  constexpr int kN = 8;
+  constexpr size_t kCount = 4099;
+  const int devs[kN] = {0, 4, 1, 5, 2, 6, 3, 7};
+  loomComm_t comms[kN] = {};
+  CHECK_LOOM(loomCommInitAll(comms, kN, devs));
+  std::vector<std::vector<float>> send(kN, std::vector<float>(kCount * kN)), recv = send;
+  for (int i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kCount; ++j) send[i][j] = static_cast<float>((i * 5 + j) % 11);
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i)
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum,
+                             comms[i], nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  int failures = 0;
+  for (int i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kCount; ++j) {
+      float want = 0;
+      for (int r = 0; r < kN; ++r) want += static_cast<float>((r * 5 + j) % 11);
+      if (recv[i][j] != want && failures++ < 5)
+        fprintf(stderr, "comm %d index %zu: got %g expected %g\n", i, j, recv[i][j], want);
+    }
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i)
+    CHECK_LOOM(loomAllGather(send[i].data(), recv[i].data(), kCount, loomFloat32, comms[i],
+                             nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < kN; ++i)
+    for (size_t k = 0; k < kN * kCount; ++k)
+      if (recv[i][k] != send[k / kCount][k % kCount] && failures++ < 5)
+        fprintf(stderr, "allgather: comm %d index %zu: got %g expected %g\n", i, k, recv[i][k],
+                send[k / kCount][k % kCount]);
+  for (int i = 0; i < kN; ++i) CHECK_LOOM(loomCommDestroy(comms[i]));
+
+  int next[kN];
+  std::fill(next, next + kN, -1);
+  std::istringstream lines(readFile(dumpPath));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"coll\":\"allreduce\",\"algorithm\":\"ring\"") == std::string::npos) continue;
+    const size_t r = line.find("\"rank\":"), p = line.find("\"sendPeer\":");
+    if (r == std::string::npos || p == std::string::npos) continue;
+    const int rank = std::atoi(line.c_str() + r + 7);
+    if (rank >= 0 && rank < kN) next[rank] = std::atoi(line.c_str() + p + 11);
+  }
+  auto socket = [&](int rank) { return devs[rank] / 4; };
+  int crossings = 0, seen = 0;
+  for (int r = 0, steps = 0; steps < kN; ++steps) {
+    if (next[r] < 0 || next[r] >= kN) {
+      fprintf(stderr, "rank %d has no ring successor in %s\n", r, dumpPath.c_str());
+      return 1;
+    }
+    crossings += socket(r) != socket(next[r]);
+    seen |= 1 << r;
+    r = next[r];
+  }
+  failures += !report(seen == (1 << kN) - 1, "the ring visits every rank once");
+  if (crossings != 2) fprintf(stderr, "the ring crosses between sockets %d times\n", crossings);
+  failures += !report(crossings == 2, "the ring crosses between the sockets twice");
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(CollectivesMisc, GpuRanksRingFollowsTheGraph) {
+  const std::string fixture = std::string(LOOM_SHARED_TOPOLOGIES) + "/aws-p4d.24xlarge.nccl.xml";
+  if (!std::ifstream(fixture).good()) GTEST_SKIP() << fixture << " is absent";
+  char dump[] = "/tmp/loom-schedules-XXXXXX";
+  const int fd = mkstemp(dump);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  LaunchOptions opts;
+  opts.nranks = 1;
+  opts.initComm = false;
+  opts.setCommId = false;
+  opts.deadlineMs = 60000;
+  opts.env.push_back({"LOOM_TOPO_FILE", fixture});
+  opts.env.push_back({"LOOM_ALGO", "ring"});
+  opts.env.push_back({"LOOM_SCHEDULE_DUMP", dump});
+  const std::string path = dump;
+  LaunchResult res = launch(opts, [&](RankContext&) { return graphRingRank(path); });
+  EXPECT_TRUE(res.allPassed()) << res.report();
+  unlink(dump);
 }
 
 // Sums `value` over comm with an int32 all-reduce.

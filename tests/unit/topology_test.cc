@@ -782,5 +782,115 @@ TEST(TopoEnv, DumpFileAndTopoFileRoundTrip) {
   std::remove(path.c_str());
 }
 
+
+// ---- The communicator's ring order (algo::commRingOrder) ----
+
+// The path types between consecutive ranks of `order` (ring closed), from the graph's own
+// paths between the ranks' GPUs.
+std::vector<PathType> ringHopTypes(const System& s, const std::vector<int>& order,
+                                   const std::vector<int>& hostOf, const std::vector<int>& dev) {
+  std::vector<PathType> types;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t a = static_cast<size_t>(order[i]);
+    const size_t b = static_cast<size_t>(order[(i + 1) % order.size()]);
+    types.push_back(s.path(s.gpu(hostOf[a], dev[a]), s.gpu(hostOf[b], dev[b])).type);
+  }
+  return types;
+}
+
+// An order as the ring builders take it: empty is rank order.
+std::vector<int> asOrder(std::vector<int> order, size_t n) {
+  if (order.empty())
+    for (size_t r = 0; r < n; ++r) order.push_back(static_cast<int>(r));
+  return order;
+}
+
+bool isPermutation(std::vector<int> order, size_t n) {
+  std::sort(order.begin(), order.end());
+  for (size_t r = 0; r < order.size(); ++r)
+    if (order[r] != static_cast<int>(r)) return false;
+  return order.size() == n;
+}
+
+// p4d without NVLink information: 8 GPUs behind 4 PCIe switches on 2 sockets. Ranks hold the
+// GPUs of the two sockets alternately, so rank order crosses between the sockets at every
+// hop; the communicator's ring crosses twice, as the best ring over both sockets must.
+TEST(CommRingOrder, GpuRanksFollowTheGraphNotRankOrder) {
+  SKIP_WITHOUT_SHARED();
+  System s = load(kShared + "/aws-p4d.24xlarge.nccl.xml");
+  const std::vector<int> hostOf(8, 0), dev = {0, 4, 1, 5, 2, 6, 3, 7};
+  auto count = [](const std::vector<PathType>& t, PathType x) {
+    return std::count(t.begin(), t.end(), x);
+  };
+  std::vector<int> rankOrder = {0, 1, 2, 3, 4, 5, 6, 7};
+  ASSERT_EQ(count(ringHopTypes(s, rankOrder, hostOf, dev), PathType::Sys), 8);
+
+  algo::RingOrderChoice c = algo::commRingOrder(&s, hostOf, dev);
+  EXPECT_TRUE(c.fromGraph) << c.how;
+  const std::vector<int> order = asOrder(c.order, 8);
+  ASSERT_TRUE(isPermutation(order, 8));
+  const std::vector<PathType> hops = ringHopTypes(s, order, hostOf, dev);
+  EXPECT_EQ(count(hops, PathType::Sys), 2);
+  for (PathType t : hops) EXPECT_TRUE(t == PathType::Sys || t <= PathType::Phb);
+  EXPECT_NE(c.how.find("ring search"), std::string::npos) << c.how;
+}
+
+// Two DGX-2s: inside each host every hop is NVLink, and the ring leaves each host once.
+TEST(CommRingOrder, TwoDgx2HostsStayOnNvlinkInside) {
+  SKIP_WITHOUT_SHARED();
+  auto s = loadHosts(kShared + "/hwloc/nvidiaDGX2.xml", 2);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  // 32 ranks dealt round-robin onto the hosts, each host's ranks on its GPUs in reverse.
+  std::vector<int> hostOf, dev;
+  for (int r = 0; r < 32; ++r) {
+    hostOf.push_back(r % 2);
+    dev.push_back(15 - r / 2);
+  }
+  algo::RingOrderChoice c = algo::commRingOrder(&s.value(), hostOf, dev);
+  EXPECT_TRUE(c.fromGraph) << c.how;
+  const std::vector<int> order = asOrder(c.order, 32);
+  ASSERT_TRUE(isPermutation(order, 32));
+  int crossings = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t a = static_cast<size_t>(order[i]);
+    const size_t b = static_cast<size_t>(order[(i + 1) % order.size()]);
+    if (hostOf[a] != hostOf[b]) {
+      ++crossings;
+      continue;
+    }
+    const PathType t = s.value().path(s.value().gpu(hostOf[a], dev[a]),
+                                      s.value().gpu(hostOf[b], dev[b])).type;
+    EXPECT_EQ(t, PathType::Nvl) << "ranks " << a << " -> " << b;
+  }
+  EXPECT_EQ(crossings, 2);
+}
+
+// Where the graph cannot place every rank, the order is host-major (hosts in order of their
+// lowest rank, ranks in order inside a host), and `how` says why.
+TEST(CommRingOrder, FallsBackToHostMajorAndSaysWhy) {
+  SKIP_WITHOUT_SHARED();
+  System s = load(kShared + "/aws-p4d.24xlarge.nccl.xml");
+  const std::vector<int> hostOf = {0, 0, 0, 0};
+  const std::vector<int> hostMajor = {0, 1, 2, 3};
+  struct Case {
+    const System* system;
+    std::vector<int> dev;
+    const char* why;
+  } cases[] = {
+      {nullptr, {0, 1, 2, 3}, "no system graph"},
+      {&s, {0, 1, -1, 3}, "rank 2 has no GPU"},
+      {&s, {0, 1, 2, 9}, "has no GPU 9, rank 3's device"},
+  };
+  for (const Case& k : cases) {
+    algo::RingOrderChoice c = algo::commRingOrder(k.system, hostOf, k.dev);
+    EXPECT_FALSE(c.fromGraph);
+    EXPECT_EQ(asOrder(c.order, 4), hostMajor);
+    EXPECT_NE(c.how.find(k.why), std::string::npos) << c.how;
+  }
+  // Ranks dealt onto two hosts: each host's ranks together.
+  algo::RingOrderChoice c = algo::commRingOrder(nullptr, {0, 1, 0, 1}, {-1, -1, -1, -1});
+  EXPECT_EQ(c.order, (std::vector<int>{0, 2, 1, 3}));
+}
+
 }  // namespace
 }  // namespace loom::topo
