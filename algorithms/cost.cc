@@ -373,15 +373,26 @@ std::vector<std::string> algoNames() {
 
 std::vector<std::string> protoNames() { return {"ll", "simple"}; }
 
-std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct, bool multiHost,
-                                  const Selection& sel) {
+bool portsShared(const std::vector<int>& hostOf) {
+  std::vector<int> hosts = hostOf;
+  std::sort(hosts.begin(), hosts.end());
+  const bool multiHost = !hosts.empty() && hosts.front() != hosts.back();
+  return multiHost && std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
+}
+
+std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
+                                  const std::vector<int>& hostOf, const Selection& sel) {
   const int ci = static_cast<int>(coll);
+  const bool multiHost = std::any_of(hostOf.begin(), hostOf.end(), [&](int h) {
+    return h != hostOf.front();
+  });
   std::vector<Algo> all;
   switch (coll) {
     case Coll::AllReduce:
       if (direct) all.push_back(Algo::Direct);
       all.insert(all.end(), {Algo::Ring, Algo::Tree, Algo::Rhd});
-      if (bytes <= kRdMaxBytes || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Rd))))
+      if (bytes <= kRdMaxBytes || !portsShared(hostOf) ||
+          (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Rd))))
         all.push_back(Algo::Rd);
       // On one host hier is a direct reduce-scatter and all-gather: only when asked for.
       if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Hier))))

@@ -122,16 +122,19 @@ std::vector<std::string> algoNames();
 std::vector<std::string> protoNames();  // "ll", "simple"
 
 // Recursive doubling moves the whole buffer every round; the model gives each rank its own
-// link, so where ranks share a host's port it would price rd's rounds too cheaply at larger
-// sizes. The tuner offers rd up to this size (a round's bytes then cost less than a TCP
-// latency); LOOM_ALGO=rd forces it at any size.
+// link, so where ranks share a host's port (several ranks on a host of a multi-host layout) it
+// would price rd's rounds too cheaply at larger sizes. There the tuner offers rd up to this
+// size (a round's bytes then cost less than a TCP latency); elsewhere (one host; one rank a
+// host) at every size, priced by the model. LOOM_ALGO=rd forces it at any size.
 constexpr size_t kRdMaxBytes = size_t{16} << 10;
+// Whether `hostOf` spans several hosts and some host has more than one rank.
+bool portsShared(const std::vector<int>& hostOf);
 
 // The algorithms the tuner may pick for one call, in preference order on ties: those with a
 // schedule for `coll` (direct first where `direct`, every rank on this host; hier only across
-// hosts unless LOOM_ALGO names it; rd up to kRdMaxBytes), narrowed by `sel`; all of them when
-// `sel` allows none.
-std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct, bool multiHost,
-                                  const Selection& sel);
+// hosts unless LOOM_ALGO names it; rd as above), narrowed by `sel`; all of them when `sel`
+// allows none. hostOf[r] is rank r's host.
+std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
+                                  const std::vector<int>& hostOf, const Selection& sel);
 
 }  // namespace loom::algo

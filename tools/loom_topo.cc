@@ -133,8 +133,8 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
   const bool direct = coll == algo::Coll::AllReduce && hosts == 1;
   // The columns: every algorithm the tuner could offer at some size (at the smallest size every
   // size-limited one is offered), then any other LOOM_ALGO names (hier on one host).
-  std::vector<algo::Algo> algos = algo::tunerCandidates(coll, 0, direct, hosts > 1, algo::Selection());
-  for (algo::Algo a : algo::tunerCandidates(coll, 0, direct, hosts > 1, sel.value()))
+  std::vector<algo::Algo> algos = algo::tunerCandidates(coll, 0, direct, hostOf, algo::Selection());
+  for (algo::Algo a : algo::tunerCandidates(coll, 0, direct, hostOf, sel.value()))
     if (std::find(algos.begin(), algos.end(), a) == algos.end()) algos.push_back(a);
   const int nranks = static_cast<int>(hostOf.size());
   std::printf("\npredicted %s time (us), %d host(s) x %d rank(s), links %s/%s, slot %zu B%s%s\n",
@@ -149,11 +149,11 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
     const size_t count = std::max<size_t>(1, bytes / elem);
     std::printf("%12zu", count * elem);
     // What the tuner chooses among at this size; an algorithm it does not offer at this size
-    // (rd above kRdMaxBytes) prints "-".
+    // (rd above kRdMaxBytes where ranks share ports) prints "-".
     const std::vector<algo::Algo> offered =
-        algo::tunerCandidates(coll, count * elem, direct, hosts > 1, algo::Selection());
+        algo::tunerCandidates(coll, count * elem, direct, hostOf, algo::Selection());
     const std::vector<algo::Algo> cands =
-        algo::tunerCandidates(coll, count * elem, direct, hosts > 1, sel.value());
+        algo::tunerCandidates(coll, count * elem, direct, hostOf, sel.value());
     algo::Algo best = cands[0];
     double bestUs = 0;
     for (algo::Algo a : algos) {

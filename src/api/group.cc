@@ -105,9 +105,8 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
                       const std::vector<int>& hostOf) {
   using algo::Algo;
   const int ci = static_cast<int>(coll);
-  const bool multiHost = std::any_of(hostOf.begin(), hostOf.end(), [](int h) { return h != 0; });
   const std::vector<Algo> cands = algo::tunerCandidates(coll, count * elemSize, comm.hasDirect(),
-                                                        multiHost, algoSelection());
+                                                        hostOf, algoSelection());
   if (cands.size() == 1) return cands[0];
   if (cands[0] == Algo::Direct) return Algo::Direct;  // the fastest on one host
   const size_t bytes = count * elemSize;

@@ -111,7 +111,9 @@ senders=$(awk '/^  rank arrivals/ { on = 1; next } on && NF == 7 && $2 == 40 { n
 read -r rank arrivals mean p99 max waits waited < <(awk '/^  rank arrivals/ { on = 1; next }
   on && NF == 7 && $1 == 2 { print; exit }' "$work/direct.txt")
 [ "${rank:-}" = 2 ] || fail "direct: rank 2 missing from the data table"
-[ "${waits:-0}" -ge 20 ] || fail "direct: ${waits:-0} longest waits on rank 2, expected at least 20"
+# Ranks 0 and 1 each wait longest on rank 2 in its 10 late operations: 20, less one per rank for
+# an operation where the other was descheduled longer (a loaded 2-core machine).
+[ "${waits:-0}" -ge 18 ] || fail "direct: ${waits:-0} longest waits on rank 2, expected at least 18"
 awk -v w="${waited:-0}" 'BEGIN { exit !(w >= 0.8 * 20 * 20000) }' ||
   fail "direct: ${waited:-?} us waited on rank 2, expected at least 320000"
 awk -v m="${mean:-99999}" 'BEGIN { exit !(m < 10000) }' ||

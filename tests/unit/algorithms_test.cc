@@ -3,6 +3,8 @@
 // verifier_test.cc, beside the ring's.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -106,6 +108,34 @@ TEST(CostModelTest, RecursiveDoublingForSmallMessagesOnly) {
     const size_t big = size_t{16} << 20;
     EXPECT_GT(us(Algo::Rd, big), us(Algo::Ring, big)) << n << " ranks";
   }
+}
+
+// The tuner offers rd above kRdMaxBytes only where no ranks share a host's port: on one host
+// (every pair has its own connection) and with one rank a host; not with several ranks on each
+// of several hosts, where the model would price its rounds too cheaply.
+TEST(CostModelTest, RecursiveDoublingOfferedAtLargeSizesUnlessPortsAreShared) {
+  const size_t big = kRdMaxBytes * 64;
+  auto offersRd = [](size_t bytes, const std::vector<int>& hostOf) {
+    const std::vector<Algo> c = tunerCandidates(Coll::AllReduce, bytes, false, hostOf, Selection());
+    return std::find(c.begin(), c.end(), Algo::Rd) != c.end();
+  };
+  struct Case {
+    std::vector<int> hostOf;
+    bool shared;
+  } cases[] = {
+      {{0, 0}, false}, {{0, 0, 0, 0}, false}, {{0, 1, 2, 3}, false},
+      {{0, 0, 1, 1}, true}, {{0, 1, 0, 1}, true}, {{0, 1, 2, 2}, true},
+  };
+  for (const Case& k : cases) {
+    EXPECT_EQ(portsShared(k.hostOf), k.shared) << ::testing::PrintToString(k.hostOf);
+    EXPECT_TRUE(offersRd(kRdMaxBytes, k.hostOf)) << ::testing::PrintToString(k.hostOf);
+    EXPECT_EQ(offersRd(big, k.hostOf), !k.shared) << ::testing::PrintToString(k.hostOf);
+  }
+  // LOOM_ALGO naming rd offers it at any size.
+  Result<Selection> sel = parseSelection("allreduce:rd,ring", "LOOM_ALGO", algoNames());
+  ASSERT_TRUE(sel.isOk());
+  const std::vector<Algo> c = tunerCandidates(Coll::AllReduce, big, false, {0, 0, 1, 1}, sel.value());
+  EXPECT_NE(std::find(c.begin(), c.end(), Algo::Rd), c.end());
 }
 
 TEST(CostModelTest, RingOrRhdBestForLargeMessages) {
