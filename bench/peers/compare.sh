@@ -25,8 +25,10 @@
 # 64 MiB when in range. For each size, Loom, Open MPI and Gloo run one after the other (the first
 # of them rotating from size to size), so that load from other work on the machine falls on all
 # of them alike; -r repeats the whole sweep and keeps each one's best time. Iterations per size:
-# 4 GiB / size, clamped to 5..1000 (warm-up 5). -q (quick): 8 B to 64 MiB by factor 32 (8 B,
-# 256 B, 8 KiB, 256 KiB, 8 MiB, 64 MiB), 512 MiB / size clamped to 3..200 iterations, warm-up 2.
+# 4 GiB / size, clamped to 5..20000 (warm-up 5; Gloo at most 1000), so that a small size's
+# average spans tens of milliseconds and one descheduling does not decide it. -q (quick): 8 B to
+# 64 MiB by factor 32 (8 B, 256 B, 8 KiB, 256 KiB, 8 MiB, 64 MiB), 512 MiB / size clamped to
+# 3..2000 iterations, warm-up 2.
 #
 # Output: one merged table per configuration with each library's out-of-place time (us) and
 # busbw (GB/s), the busbw ratios loom/ompi and loom/gloo (above 1: Loom is faster) and, up to
@@ -96,12 +98,13 @@ NICE=()
 [[ -n $nice_level ]] && NICE=(nice -n "$nice_level")
 
 ref_size=$((64 << 20))  # the size set against memcpy
+gloo_nmax=1000
 if ((quick)); then
   : "${minb:=8}" "${maxb:=$ref_size}" "${factor:=32}"
-  iter_bytes=$((512 << 20)) nmin=3 nmax=200 warm=2
+  iter_bytes=$((512 << 20)) nmin=3 nmax=2000 warm=2
 else
   : "${minb:=8}" "${maxb:=$((256 << 20))}" "${factor:=4}"
-  iter_bytes=$((4 << 30)) nmin=5 nmax=1000 warm=5
+  iter_bytes=$((4 << 30)) nmin=5 nmax=20000 warm=5
 fi
 if ! [[ $factor =~ ^[0-9]+$ ]] || ((factor < 2)); then
   echo "compare.sh: -f must be >= 2" >&2
@@ -191,6 +194,8 @@ wait_quiet() {  # samples (and with -W, waits for) an idle machine; notes the sh
 run() {
   local cfg=$1 peer=$2 size=$3 np=${NP[$1]} n w cmd log
   n=$(iters_for "$size")
+  # Gloo takes 0.2-20 ms per small all-reduce: its count stays bounded.
+  [[ $peer == gloo ]] && ((n > gloo_nmax)) && n=$gloo_nmax
   w=$((warm < n ? warm : n))
   local args=(-b "$size" -e "$size" -n "$n" -w "$w" -d float -o sum)
   case $peer in

@@ -112,14 +112,16 @@ void publish(loomComm* h, std::unique_ptr<Comm> impl) {
 
 void setLastError(const std::string& message) { tLastError = message; }
 
-loomResult_t guard(const char* fn, const std::function<Status()>& f) {
+loomResult_t guardFailed(const char* fn, const Status& s) {
+  if (s.code() == loomInProgress && s.message().empty()) return loomInProgress;
+  setLastError(std::string(fn) + ": " + s.message());
+  LOOM_INFO(kAll, "%s failed: %s", fn, s.message().c_str());
+  return s.code();
+}
+
+loomResult_t guardException(const char* fn) {
   try {
-    Status s = f();
-    if (s.isOk()) return loomSuccess;
-    if (s.code() == loomInProgress && s.message().empty()) return loomInProgress;
-    setLastError(std::string(fn) + ": " + s.message());
-    LOOM_INFO(kAll, "%s failed: %s", fn, s.message().c_str());
-    return s.code();
+    throw;
   } catch (const std::bad_alloc&) {
     setLastError(std::string(fn) + ": out of memory");
     return loomSystemError;

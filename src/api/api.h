@@ -26,8 +26,20 @@ struct loomComm {
 namespace loom::api {
 
 // Runs f, turning every failure (a Status or an exception) into a result
-// code and this thread's last-error text. Nothing escapes.
-loomResult_t guard(const char* fn, const std::function<Status()>& f);
+// code and this thread's last-error text. Nothing escapes. A template, so that
+// a call's lambda is not copied into a std::function (a heap allocation per
+// call once it captures more than two words).
+loomResult_t guardFailed(const char* fn, const Status& s);
+loomResult_t guardException(const char* fn);  // inside a catch block only
+template <typename F>
+loomResult_t guard(const char* fn, F&& f) {
+  try {
+    const Status s = f();
+    return s.isOk() ? loomSuccess : guardFailed(fn, s);
+  } catch (...) {
+    return guardException(fn);
+  }
+}
 void setLastError(const std::string& message);
 
 // Registry of live communicators, so a destroyed or bogus handle is an error.
