@@ -62,7 +62,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   slice.resize(static_cast<size_t>(n));
   inputs.resize(static_cast<size_t>(n));
 
-  // Waits until every peer's counter wordOf(q) reaches target. With `note`, records when each
+  // Waits until every peer's counter wordOf(q) (in its header) reaches target. With `note`, records when each
   // peer's data was first seen here: the peers ready at the first look share one clock read,
   // taken after every look (so never before a peer published); a peer waited for is timed when
   // its wait ends. With the recorder off, no clock is read.
@@ -70,7 +70,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   auto waitAll = [&](auto wordOf, uint32_t target, auto what, bool note) -> Status {
     pending.clear();
     for (int q = 0; q < n; ++q)
-      if (q != me && !reached(*wordOf(q).first, target)) pending.push_back(q);
+      if (q != me && !reached(*wordOf(q), target)) pending.push_back(q);
     note = note && op.record != nullptr;
     if (note && pending.size() + 1 < static_cast<size_t>(n)) {
       const int64_t seenNs = nowNs();
@@ -83,9 +83,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       }
     }
     for (int q : pending) {
-      auto [word, h] = wordOf(q);
-      LOOM_CHECK(waiter.untilWord(q, word, &h->sleepers, [&] { return reached(*word, target); },
-                                  what));
+      std::atomic<uint32_t>* word = wordOf(q);
+      LOOM_CHECK(waiter.untilWord(q, word, &header(q)->sleepers,
+                                  [&] { return reached(*word, target); }, what));
       if (note) trace::FlightRecorder::noteFirstArrivalAt(op.record, q, nowNs());
     }
     return Status::ok();
@@ -114,9 +114,8 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     else
       std::memcpy(line.data, send, count * es);
     publish(line.round, mine, g);
-    LOOM_CHECK(waitAll(
-        [&](int q) { return std::make_pair(&header(q)->ll[g & 1].round, header(q)); }, g,
-        [] { return std::string("low-latency all-reduce"); }, true));
+    LOOM_CHECK(waitAll([&](int q) { return &header(q)->ll[g & 1].round; }, g,
+                       [] { return std::string("low-latency all-reduce"); }, true));
     for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = header(q)->ll[g & 1].data;
     noteArrivals([&](int q) { return header(q)->ll[g & 1].enterNs; });
     reduceAll(red, recv, bufs, 0, count);
@@ -153,7 +152,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     publish(mine->ready, mine, g);
     for (int q = 0; q < n; ++q)
       bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
-    LOOM_CHECK(waitAll([&](int q) { return std::make_pair(&header(q)->ready, header(q)); }, g,
+    LOOM_CHECK(waitAll([&](int q) { return &header(q)->ready; }, g,
                        [] { return std::string("direct all-reduce, waiting for peers' input"); },
                        off == 0));
     // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here.
