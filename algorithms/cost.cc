@@ -373,19 +373,23 @@ std::vector<std::string> algoNames() {
 
 std::vector<std::string> protoNames() { return {"ll", "simple"}; }
 
+namespace {
+bool spansHosts(const std::vector<int>& hostOf) {
+  return std::any_of(hostOf.begin(), hostOf.end(), [&](int h) { return h != hostOf.front(); });
+}
+}  // namespace
+
 bool portsShared(const std::vector<int>& hostOf) {
+  if (!spansHosts(hostOf)) return false;
   std::vector<int> hosts = hostOf;
   std::sort(hosts.begin(), hosts.end());
-  const bool multiHost = !hosts.empty() && hosts.front() != hosts.back();
-  return multiHost && std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
+  return std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
 }
 
 std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
                                   const std::vector<int>& hostOf, const Selection& sel) {
   const int ci = static_cast<int>(coll);
-  const bool multiHost = std::any_of(hostOf.begin(), hostOf.end(), [&](int h) {
-    return h != hostOf.front();
-  });
+  const bool multiHost = spansHosts(hostOf);
   std::vector<Algo> all;
   switch (coll) {
     case Coll::AllReduce:
