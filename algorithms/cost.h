@@ -119,7 +119,8 @@ Result<Selection> parseSelection(const std::string& text, const char* variable,
                                  const std::vector<std::string>& names);
 // The names LOOM_ALGO knows (algoName order) and LOOM_PROTO knows.
 std::vector<std::string> algoNames();
-std::vector<std::string> protoNames();  // "ll", "simple"
+std::vector<std::string> protoNames();  // "ll", "simple": indices kProtoLL, kProtoSimple
+constexpr int kProtoLL = 0, kProtoSimple = 1;
 
 // Recursive doubling moves the whole buffer every round; the model gives each rank its own
 // link, so where ranks share a host's port (several ranks on a host of a multi-host layout) it

@@ -30,6 +30,20 @@ std::unordered_set<loomComm*>& registry() {
   static std::unordered_set<loomComm*> r;
   return r;
 }
+// Bumped (under the registry's mutex) whenever a handle leaves the registry.
+std::atomic<uint64_t> gRegistryEpoch{0};
+void eraseFromRegistry(loomComm* c) {
+  registry().erase(c);
+  gRegistryEpoch.fetch_add(1, std::memory_order_release);
+}
+// The last handle this thread found live, and the epoch it was found in: while no handle has
+// left the registry since, the same handle needs no lock (a call's fast path).
+struct LookupCache {
+  loomComm* handle = nullptr;
+  Comm* comm = nullptr;
+  uint64_t epoch = 0;
+};
+thread_local LookupCache tLookup;
 
 std::string str(long long v) { return std::to_string(v); }
 
@@ -141,10 +155,14 @@ void registerComm(loomComm* c) {
 
 void unregisterComm(loomComm* c) {
   std::lock_guard<std::mutex> lock(registryMutex());
-  registry().erase(c);
+  eraseFromRegistry(c);
 }
 
 Result<Comm*> lookup(loomComm* c, const char* argName) {
+  LookupCache& cache = tLookup;
+  if (c != nullptr && c == cache.handle &&
+      cache.epoch == gRegistryEpoch.load(std::memory_order_acquire))
+    return cache.comm;
   std::lock_guard<std::mutex> lock(registryMutex());
   if (c == nullptr || registry().count(c) == 0)
     return LOOM_ERROR(loomInvalidArgument,
@@ -158,6 +176,8 @@ Result<Comm*> lookup(loomComm* c, const char* argName) {
                           ": still initialising (non-blocking); poll loomCommGetAsyncError "
                           "until it returns loomSuccess");
   }
+  // A handle's impl, once set, changes only as the handle leaves the registry.
+  cache = {c, c->impl.get(), gRegistryEpoch.load(std::memory_order_relaxed)};
   return c->impl.get();
 }
 
@@ -288,7 +308,7 @@ Status destroy(loomComm* h, bool abort) {
   {
     std::lock_guard<std::mutex> lock(registryMutex());
     comm = h->impl.get();
-    registry().erase(h);
+    eraseFromRegistry(h);
   }
   if (comm != nullptr) {
     device::release(*comm, abort);  // staged device calls finish (or, on abort, are dropped)
@@ -369,7 +389,7 @@ Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t 
   c.root = root;
   c.comm = h;
   c.stream = stream;
-  return submit(c);
+  return submit(c, comm);
 }
 
 Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType_t dt, int peer,
@@ -388,7 +408,7 @@ Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType
   c.root = peer;
   c.comm = h;
   c.stream = stream;
-  return submit(c);
+  return submit(c, comm);
 }
 
 }  // namespace

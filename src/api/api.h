@@ -77,8 +77,9 @@ struct Call {
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 
 // Runs the call now, queues it when this thread is inside a group, or hands it to the
-// communicator's worker (non-blocking: returns inProgress()).
-Status submit(const Call& call);
+// communicator's worker (non-blocking: returns inProgress()). comm: lookup(call.comm), done by
+// the caller.
+Status submit(const Call& call, Comm* comm);
 bool inGroup();
 
 // Runs calls of one communicator: sends/receives together first, then the

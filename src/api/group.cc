@@ -166,7 +166,7 @@ void startOp(Comm& comm, const Call& from, exec::OpArgs& op, size_t count, loomD
   }
   op.seq = comm.nextSeq();
   op.record = rec.begin(op.seq, op.name, count, dtype, redOp, root);
-  op.deadlineNs = (op.record != nullptr ? op.record->enterNs : nowNs()) + timeoutNs;
+  op.deadlineNs = (op.record != nullptr ? op.record->enterNs.get() : nowNs()) + timeoutNs;
 }
 
 Status runCollective(Comm& comm, const Call& c) {
@@ -179,6 +179,7 @@ Status runCollective(Comm& comm, const Call& c) {
   trace::FlightRecorder& rec = comm.recorder();
   startOp(comm, c, op, c.count, c.dtype, c.op, c.root);
   Status s;
+  int64_t doneNs = 0;  // the path's own reading of the end time, if it took one
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text
   const std::vector<int>& hostOf = comm.hostLayout();
   // Direct all-reduce is the fastest on one host: taken without pricing when allowed.
@@ -193,14 +194,15 @@ Status runCollective(Comm& comm, const Call& c) {
                             : same ? plan.algo
                                    : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
   if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
-    const size_t bytes = c.count * op.elemSize;
-    const bool symmetric = bytes <= static_cast<size_t>(env::directSymMax());
+    static const bool llAllowed =
+        protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
+    const exec::DirectForm form = exec::directForm(c.count * op.elemSize, llAllowed);
     if (op.record != nullptr) {
       op.record->algorithm = "direct";
       op.record->channels = 1;
-      op.record->proto = exec::directUsesLL(bytes) ? "LL" : symmetric ? "symmetric" : "slices";
+      op.record->proto = exec::directFormName(form);
     }
-    s = exec::runDirectAllReduce(comm, op, c.count, symmetric);
+    s = exec::runDirectAllReduce(comm, op, c.count, form, &doneNs);
   } else {
     if (!same) {
       plan.valid = false;
@@ -224,7 +226,7 @@ Status runCollective(Comm& comm, const Call& c) {
     }
     s = exec::run(comm, sched, op);
   }
-  rec.end(op.record, s);
+  rec.end(op.record, s, doneNs);
   if (s.isOk()) comm.publishCompleted(op.seq);
   return s;
 }
@@ -332,12 +334,11 @@ Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
 
 }  // namespace
 
-Status submit(const Call& call) {
+Status submit(const Call& call, Comm* comm) {
   if (inGroup()) {
     tGroup.calls.push_back(call);
     return Status::ok();
   }
-  LOOM_ASSIGN(Comm * comm, lookup(call.comm));
   if (call.comm->worker) return post(call.comm, comm, {call});
   // A one-call list kept per thread: a call outside a group allocates nothing.
   thread_local std::vector<Call> one(1);

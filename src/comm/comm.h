@@ -86,6 +86,14 @@ class Comm {
     algo::Schedule schedule;
   };
   LastPlan& lastPlan() { return lastPlan_; }
+  // Per-rank scratch of the direct all-reduce (src/exec/shm_direct.cc), so that its calls
+  // allocate nothing. Used under the communicator's lock.
+  struct DirectScratch {
+    std::vector<const char*> bufs, slice, inputs;
+    std::vector<int> pending;
+    std::vector<int64_t> enters;
+  };
+  DirectScratch& directScratch() { return directScratch_; }
   // The start-up calibration's cost table (src/api/calibrate.h; LOOM_TUNER_TABLE's format),
   // the same text on every rank; empty when not calibrated. The tuner applies it last.
   Status setCostTable(const std::string& text) {
@@ -195,6 +203,7 @@ class Comm {
   std::vector<int> hostOf_;
   std::vector<int> ringOrder_;
   LastPlan lastPlan_;
+  DirectScratch directScratch_;
   std::string costTable_;
   std::vector<char> scratch_;
   algo::Link netLink_ = algo::Link::Tcp;

@@ -39,11 +39,23 @@ void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>&
 
 constexpr size_t kOwnInPlaceBytes = size_t{1} << 20;
 
-bool directUsesLL(size_t bytes) {
-  return bytes <= transport::kShmLLBytes && env::proto() != "simple";
+const char* directFormName(DirectForm f) {
+  switch (f) {
+    case DirectForm::LL: return "LL";
+    case DirectForm::Symmetric: return "symmetric";
+    case DirectForm::Slices: return "slices";
+  }
+  return "?";
 }
 
-Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symmetric) {
+DirectForm directForm(size_t bytes, bool llAllowed) {
+  if (bytes > 0 && bytes <= transport::kShmLLBytes && llAllowed) return DirectForm::LL;
+  return bytes <= static_cast<size_t>(env::directSymMax()) ? DirectForm::Symmetric : DirectForm::Slices;
+}
+
+Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm form,
+                          int64_t* doneNs) {
+  const bool symmetric = form != DirectForm::Slices;
   const transport::ShmLinks& shm = *comm.shm();
   const int n = comm.nranks();
   const int me = comm.rank();
@@ -56,8 +68,11 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   ShmDirectHeader* mine = header(me);
   const char* send = static_cast<const char*>(op.sendbuff);
   char* recv = static_cast<char*>(op.recvbuff);
-  // Scratch for source pointers, kept per thread so the fast path does not allocate.
-  thread_local std::vector<const char*> bufs, slice, inputs;
+  // Scratch for source pointers, kept by the communicator so the fast path does not allocate.
+  Comm::DirectScratch& scratch = comm.directScratch();
+  std::vector<const char*>& bufs = scratch.bufs;
+  std::vector<const char*>& slice = scratch.slice;
+  std::vector<const char*>& inputs = scratch.inputs;
   bufs.resize(static_cast<size_t>(n));
   slice.resize(static_cast<size_t>(n));
   inputs.resize(static_cast<size_t>(n));
@@ -65,15 +80,16 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   // Waits until every peer's counter wordOf(q) (in its header) reaches target. With `note`, records when each
   // peer's data was first seen here: the peers ready at the first look share one clock read,
   // taken after every look (so never before a peer published); a peer waited for is timed when
-  // its wait ends. With the recorder off, no clock is read.
-  thread_local std::vector<int> pending;
+  // its wait ends. With the recorder off, no clock is read. lastSeenNs: the last clock read.
+  std::vector<int>& pending = scratch.pending;
+  int64_t lastSeenNs = 0;
   auto waitAll = [&](auto wordOf, uint32_t target, auto what, bool note) -> Status {
     pending.clear();
     for (int q = 0; q < n; ++q)
       if (q != me && !reached(*wordOf(q), target)) pending.push_back(q);
     note = note && op.record != nullptr;
     if (note && pending.size() + 1 < static_cast<size_t>(n)) {
-      const int64_t seenNs = nowNs();
+      const int64_t seenNs = lastSeenNs = nowNs();
       for (int q = 0, k = 0; q < n; ++q) {
         if (k < static_cast<int>(pending.size()) && pending[static_cast<size_t>(k)] == q) {
           ++k;
@@ -86,7 +102,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
       std::atomic<uint32_t>* word = wordOf(q);
       LOOM_CHECK(waiter.untilWord(q, word, &header(q)->sleepers,
                                   [&] { return reached(*word, target); }, what));
-      if (note) trace::FlightRecorder::noteFirstArrivalAt(op.record, q, nowNs());
+      if (note) trace::FlightRecorder::noteFirstArrivalAt(op.record, q, lastSeenNs = nowNs());
     }
     return Status::ok();
   };
@@ -95,16 +111,16 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
   // waited for it), which it does only after finishing round g-2.
   // Every rank's entry time, read once its first round's input is in: the
   // flight recorder learns who arrived last without an extra message.
-  const int64_t enterNs = op.record != nullptr ? op.record->enterNs : nowNs();
+  const int64_t enterNs = op.record != nullptr ? op.record->enterNs.get() : nowNs();
   auto noteArrivals = [&](auto enterOf) {
     if (op.record == nullptr) return;
-    thread_local std::vector<int64_t> enters;
+    std::vector<int64_t>& enters = scratch.enters;
     enters.resize(static_cast<size_t>(n));
     for (int q = 0; q < n; ++q) enters[static_cast<size_t>(q)] = enterOf(q);
     comm.recorder().noteArrivals(op.record, enters);
   };
 
-  if (count > 0 && directUsesLL(count * es)) {
+  if (form == DirectForm::LL) {
     // Low-latency path: input and round number in one cache line.
     const uint32_t g = comm.nextDirectRound();
     transport::ShmLLLine& line = mine->ll[g & 1];
@@ -119,6 +135,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symme
     for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = header(q)->ll[g & 1].data;
     noteArrivals([&](int q) { return header(q)->ll[g & 1].enterNs; });
     reduceAll(red, recv, bufs, 0, count);
+    // The last line came in at lastSeenNs: what follows it is a few nanoseconds' work, so
+    // that time serves as the operation's end too (one clock read fewer).
+    *doneNs = lastSeenNs;
     return Status::ok();
   }
 

@@ -9,7 +9,7 @@
 //  * symmetric variant (small messages): every rank reduces the whole round
 //    itself, in rank order, so results agree bit for bit; one synchronisation
 //    instead of two.
-//  * low-latency variant (up to 56 bytes, unless LOOM_PROTO=simple): the
+//  * low-latency variant (up to 48 bytes, unless LOOM_PROTO=simple): the
 //    input and the round number share one cache line (as NCCL's LL), so one
 //    poll of a peer's line brings its data.
 // Messages larger than a buffer go in rounds; the two buffers alternate so a
@@ -20,8 +20,14 @@
 
 namespace loom::exec {
 
-Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, bool symmetric);
-// Whether an all-reduce of `bytes` takes the low-latency path.
-bool directUsesLL(size_t bytes);
+enum class DirectForm { LL, Symmetric, Slices };
+const char* directFormName(DirectForm f);  // "LL", "symmetric", "slices"
+// The form for an all-reduce of `bytes`: LL up to transport::kShmLLBytes when `llAllowed`
+// (LOOM_PROTO), symmetric up to LOOM_DIRECT_SYM_MAX, slices above.
+DirectForm directForm(size_t bytes, bool llAllowed);
+
+// *doneNs: when the operation ended, where the path read the clock at its end anyway, else 0.
+Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm form,
+                          int64_t* doneNs);
 
 }  // namespace loom::exec

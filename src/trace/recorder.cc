@@ -76,6 +76,8 @@ OpRecord* FlightRecorder::enqueue(uint64_t seq, const char* coll, size_t count, 
 OpRecord* FlightRecorder::start(OpRecord* queued, uint64_t seq, const char* coll, size_t count,
                                 int dtype, int op, int root) {
   if (queued != nullptr) {
+    // The ring may have reused the record meanwhile (more than capacity operations queued):
+    // the test and the update are one step against enqueue().
     std::lock_guard<std::mutex> lock(mutex_);
     if (queued->seq == seq && queued->state == OpState::Enqueued) {
       queued->state = OpState::Started;
@@ -91,30 +93,48 @@ OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int
   const InjectDelay& inject = injectDelay();
   if (inject.rank == rank_ && seq % inject.every == 0)
     std::this_thread::sleep_for(std::chrono::microseconds(inject.us));
-  std::lock_guard<std::mutex> lock(mutex_);
-  OpRecord& r = ring_[next_++ % ring_.size()];
-  r = OpRecord();
-  r.seq = seq;
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (state == OpState::Enqueued) lock.lock();  // against start() on the worker
+  OpRecord& r = ring_[next_.fetch_add(1, std::memory_order_relaxed) % ring_.size()];
+  // Reset field by field (the error text is read only in state Failed), seq last: a dump
+  // running meanwhile sees seq 0 or a changed seq and skips the record.
+  r.seq = 0;
+  std::atomic_thread_fence(std::memory_order_release);
   r.coll = coll;
+  r.algorithm = "";
+  r.proto = "";
   r.count = count;
   r.dtype = dtype;
   r.op = op;
   r.root = root;
+  r.channels = 0;
   r.state = state;
   r.enterNs = nowNs();
+  r.endNs = 0;
+  r.waitNs = 0;
+  r.waitPeer = -1;
+  r.maxWaitNs = 0;
+  r.lastRank = -1;
+  r.lateNs = 0;
+  r.earliestRank = -1;
+  r.earliestNs = 0;
+  r.latestNs = 0;
+  for (Relaxed<int>& p : r.firstPeer) p = -1;
+  std::atomic_thread_fence(std::memory_order_release);
+  r.seq = seq;
   return &r;
 }
 
-void FlightRecorder::end(OpRecord* r, const Status& s) {
+void FlightRecorder::end(OpRecord* r, const Status& s, int64_t endNs) {
   if (r == nullptr) return;
-  std::lock_guard<std::mutex> lock(mutex_);
-  r->endNs = nowNs();
+  r->endNs = endNs != 0 ? endNs : nowNs();
   if (s.isOk()) {
     r->state = OpState::Completed;
     lastCompleted_.store(r->seq, std::memory_order_relaxed);
   } else {
-    r->state = OpState::Failed;
+    std::lock_guard<std::mutex> lock(mutex_);
     std::snprintf(r->error, sizeof(r->error), "%s", s.message().c_str());
+    r->state = OpState::Failed;
   }
 }
 
@@ -122,23 +142,24 @@ void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enter
   if (r == nullptr || enterNs.empty()) return;
   auto [first, last] = std::minmax_element(enterNs.begin(), enterNs.end());
   const int lastRank = static_cast<int>(last - enterNs.begin());
-  std::lock_guard<std::mutex> lock(mutex_);
   r->lastRank = lastRank;
   r->lateNs = *last - *first;
   r->earliestRank = static_cast<int>(first - enterNs.begin());
   r->earliestNs = toRank0(*first);
   r->latestNs = toRank0(*last);
   for (size_t q = 0; q < enterNs.size() && q < lateness_.size(); ++q) {
-    RankLateness& l = lateness_[q];
+    LatenessSums& l = lateness_[q];
     const int64_t late = enterNs[q] - *first;
-    ++l.ops;
+    l.ops += 1;
     l.sumLateNs += static_cast<double>(late);
-    l.maxLateNs = std::max(l.maxLateNs, late);
+    if (late > l.maxLateNs) l.maxLateNs = late;
   }
-  RankLateness& worst = lateness_[static_cast<size_t>(lastRank)];
-  ++worst.timesLast;
+  LatenessSums& worst = lateness_[static_cast<size_t>(lastRank)];
+  worst.timesLast += 1;
   // Every other rank waited for the last one from its own arrival on.
-  for (int64_t t : enterNs) worst.waitCausedNs += static_cast<double>(*last - t);
+  double caused = 0;
+  for (int64_t t : enterNs) caused += static_cast<double>(*last - t);
+  worst.waitCausedNs += caused;
 }
 
 void FlightRecorder::noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs,
@@ -146,41 +167,54 @@ void FlightRecorder::noteExtremes(OpRecord* r, int earliestRank, int64_t earlies
   if (r == nullptr || latestRank < 0 || earliestRank < 0 || latestRank >= nranks_ ||
       earliestRank >= nranks_)
     return;
-  std::lock_guard<std::mutex> lock(mutex_);
   r->lastRank = latestRank;
   r->lateNs = latestNs - earliestNs;
   r->earliestRank = earliestRank;
   r->earliestNs = earliestNs;
   r->latestNs = latestNs;
   if (latestRank == earliestRank) return;
-  RankLateness& late = lateness_[static_cast<size_t>(latestRank)];
-  ++late.ops;
-  ++late.timesLast;
-  late.sumLateNs += static_cast<double>(r->lateNs);
-  late.maxLateNs = std::max(late.maxLateNs, r->lateNs);
+  const int64_t lateNs = latestNs - earliestNs;
+  LatenessSums& late = lateness_[static_cast<size_t>(latestRank)];
+  late.ops += 1;
+  late.timesLast += 1;
+  late.sumLateNs += static_cast<double>(lateNs);
+  if (lateNs > late.maxLateNs) late.maxLateNs = lateNs;
   // What this rank saw: it waited for the last rank from its own entry on.
   late.waitCausedNs += static_cast<double>(std::max<int64_t>(latestNs - toRank0(r->enterNs), 0));
-  ++lateness_[static_cast<size_t>(earliestRank)].ops;  // arrived first: no lateness
+  lateness_[static_cast<size_t>(earliestRank)].ops += 1;  // arrived first: no lateness
 }
 
 std::vector<RankLateness> FlightRecorder::lateness() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return lateness_;
+  std::vector<RankLateness> out(lateness_.size());
+  for (size_t q = 0; q < out.size(); ++q) {
+    const LatenessSums& l = lateness_[q];
+    out[q] = {l.timesLast, l.sumLateNs, l.maxLateNs, l.waitCausedNs, l.ops};
+  }
+  return out;
 }
 
 std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHash,
                                    const std::string& reason) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);  // the error texts; one dump at a time
   std::ostringstream o;
   o << "{\"rank\":" << rank_ << ",\"nranks\":" << nranks_ << ",\"comm\":\"" << commName
     << "\",\"commHash\":\"" << std::hex << commHash << std::dec << "\",\"reason\":\"" << reason
     << "\",\"clock\":\"CLOCK_MONOTONIC\",\"clockOffsetNs\":" << clockOffsetNs_
     << ",\"clockErrorNs\":" << clockErrorNs_ << ",\"lastCompletedSeq\":"
     << lastCompleted_.load() << ",\"ops\":[";
-  const size_t n = std::min<uint64_t>(next_, ring_.size());
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  const size_t n = std::min<uint64_t>(next, ring_.size());
+  bool any = false;
   for (size_t i = 0; i < n; ++i) {
-    const OpRecord& r = ring_[(next_ - n + i) % ring_.size()];
-    o << (i ? "," : "") << "{\"seq\":" << r.seq << ",\"coll\":\"" << r.coll
+    // A copy read whole between two reads of the same non-zero seq; a record being reset
+    // (by an operation that started after `next` was read) is left out.
+    const OpRecord& live = ring_[(next - n + i) % ring_.size()];
+    const uint64_t seq = live.seq;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const OpRecord r = live;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq == 0 || live.seq != seq) continue;
+    o << (any ? "," : "") << "{\"seq\":" << r.seq << ",\"coll\":\"" << r.coll
       << "\",\"algorithm\":\"" << r.algorithm << "\",\"proto\":\"" << r.proto
       << "\",\"count\":" << r.count << ",\"dtype\":" << r.dtype << ",\"op\":" << r.op
       << ",\"root\":" << r.root << ",\"channels\":" << r.channels
@@ -189,6 +223,7 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
       << ",\"waitNs\":" << r.waitNs << ",\"waitPeer\":" << r.waitPeer
       << ",\"maxWaitNs\":" << r.maxWaitNs << ",\"lastRank\":" << r.lastRank
       << ",\"lateNs\":" << r.lateNs;
+    any = true;
     // Entry times known to this rank, on rank 0's clock: its own, the earliest and the latest.
     o << ",\"arrivals\":[[" << rank_ << "," << toRank0(r.enterNs) << "]";
     if (r.earliestRank >= 0 && r.earliestRank != rank_)
@@ -199,7 +234,7 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
     for (int i = 0; i < OpRecord::kFirstPeers && r.firstPeer[i] >= 0; ++i)
       o << (i ? "," : "") << "[" << r.firstPeer[i] << "," << toRank0(r.firstNs[i]) << "]";
     o << "]";
-    if (r.error[0] != '\0') {
+    if (r.state == OpState::Failed && r.error[0] != '\0') {
       o << ",\"error\":\"";
       for (const char* p = r.error; *p; ++p) {
         if (*p == '"' || *p == '\\') o << '\\';

@@ -3,11 +3,13 @@
 //
 // Every operation gets a sequence number per communicator. The recorder keeps
 // a ring of records (LOOM_FLIGHT_RECORDER, default 2000; 0 turns recording
-// off) written only by the thread running the operation; dump() may run on
-// any thread (it copies under a mutex that begin() and end() also take, once
-// each per operation, so the data path itself never locks). The fields the data path writes
-// while a dump may read them are Relaxed: each is read whole (a dump taken mid-operation may
-// show one field from before an update and the next from after it).
+// off), written by the thread running the operations; dump() may run on any
+// thread. Nothing on an operation's path takes a lock: every field is Relaxed
+// (a plain load or store on x86), a record's seq is 0 while the record is being
+// reset for a new operation, and a dump keeps a record only when it read the same
+// non-zero seq before and after copying it. A record updated mid-operation may
+// show one field from before an update and the next from after it. A failure's
+// text is written and read under a mutex (errors only).
 //
 // Times are CLOCK_MONOTONIC nanoseconds, the same clock for every process of
 // a host; adding `clockOffsetNs` (measured at bootstrap against rank 0, 0 on
@@ -49,33 +51,33 @@ class Relaxed {
 };
 
 struct OpRecord {
-  uint64_t seq = 0;
-  const char* coll = "";
+  Relaxed<uint64_t> seq = 0;  // 0 while the record is being reset
+  Relaxed<const char*> coll = "";
   Relaxed<const char*> algorithm = "";
   Relaxed<const char*> proto = "";
-  size_t count = 0;
-  int dtype = 0;
-  int op = 0;
-  int root = -1;
+  Relaxed<size_t> count = 0;
+  Relaxed<int> dtype = 0;
+  Relaxed<int> op = 0;
+  Relaxed<int> root = -1;
   Relaxed<int> channels = 0;  // the schedule's channels (1 for the direct and send/receive paths)
-  OpState state = OpState::Enqueued;
-  int64_t enterNs = 0;     // the caller entered Loom
-  int64_t endNs = 0;       // completed or failed
-  Relaxed<int64_t> waitNs = 0;     // time blocked waiting on peers
-  Relaxed<int> waitPeer = -1;      // the peer of the longest single wait
-  Relaxed<int64_t> maxWaitNs = 0;  // that wait
-  int lastRank = -1;       // the rank that arrived last, when known
-  int64_t lateNs = 0;      // how long after the first rank it arrived
-  int earliestRank = -1;   // the rank that arrived first, when known
-  int64_t earliestNs = 0;  // its entry and the last rank's, on rank 0's clock
-  int64_t latestNs = 0;
+  Relaxed<OpState> state = OpState::Enqueued;
+  Relaxed<int64_t> enterNs = 0;     // the caller entered Loom
+  Relaxed<int64_t> endNs = 0;       // completed or failed
+  Relaxed<int64_t> waitNs = 0;      // time blocked waiting on peers
+  Relaxed<int> waitPeer = -1;       // the peer of the longest single wait
+  Relaxed<int64_t> maxWaitNs = 0;   // that wait
+  Relaxed<int> lastRank = -1;       // the rank that arrived last, when known
+  Relaxed<int64_t> lateNs = 0;      // how long after the first rank it arrived
+  Relaxed<int> earliestRank = -1;   // the rank that arrived first, when known
+  Relaxed<int64_t> earliestNs = 0;  // its entry and the last rank's, on rank 0's clock
+  Relaxed<int64_t> latestNs = 0;
   // When data from each peer first arrived (this rank's clock), for up to kFirstPeers peers:
   // slots fill in the order peers are noted; once all are taken, a later arrival replaces the
   // earliest, so the record keeps the peers whose data came last.
   static constexpr int kFirstPeers = 8;
   Relaxed<int> firstPeer[kFirstPeers] = {-1, -1, -1, -1, -1, -1, -1, -1};
   Relaxed<int64_t> firstNs[kFirstPeers] = {};
-  char error[160] = {};
+  char error[160] = {};  // state Failed: why (written and read under the recorder's mutex)
 };
 
 // Per-rank lateness summary, accumulated over operations whose peers' entry
@@ -101,7 +103,8 @@ class FlightRecorder {
   OpRecord* enqueue(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root);
   OpRecord* start(OpRecord* queued, uint64_t seq, const char* coll, size_t count, int dtype,
                   int op, int root);
-  void end(OpRecord* r, const Status& s);
+  // Completes the record: ended at `endNs`, or now when 0.
+  void end(OpRecord* r, const Status& s, int64_t endNs = 0);
 
  private:
   OpRecord* make(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root,
@@ -178,12 +181,20 @@ class FlightRecorder {
 
  private:
   int rank_, nranks_;
+  // RankLateness, written by the thread running operations while lateness() may read it.
+  struct LatenessSums {
+    Relaxed<uint64_t> timesLast = 0;
+    Relaxed<double> sumLateNs = 0;
+    Relaxed<int64_t> maxLateNs = 0;
+    Relaxed<double> waitCausedNs = 0;
+    Relaxed<uint64_t> ops = 0;
+  };
   std::vector<OpRecord> ring_;
-  uint64_t next_ = 0;  // records started
+  std::atomic<uint64_t> next_{0};  // records started
   std::atomic<uint64_t> lastCompleted_{0};
   std::vector<uint64_t> seen_;  // per rank: peerSeenSeq()
-  mutable std::mutex mutex_;
-  std::vector<RankLateness> lateness_;
+  mutable std::mutex mutex_;  // failures' text; start() against a reused record
+  std::vector<LatenessSums> lateness_;
   int64_t clockOffsetNs_ = 0, clockErrorNs_ = 0;
 };
 

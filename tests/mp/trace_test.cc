@@ -354,6 +354,48 @@ void directFirstArrivals(size_t count, const char* proto) {
 TEST(Straggler, DirectFirstArrivalsLowLatency) { directFirstArrivals(4, "LL"); }
 TEST(Straggler, DirectFirstArrivalsSlices) { directFirstArrivals(300000, "slices"); }
 
+// LOOM_PROTO takes LOOM_ALGO's syntax for the direct all-reduce too: the low-latency form runs
+// only where the selection allows "ll" for all-reduce. The form each call took is read back
+// from the recorder, and the sum is checked.
+void directProtoIs(const std::string& protoEnv, const std::string& expected) {
+  constexpr size_t kCount = 4;
+  TempDir tmp;
+  const std::string& dir = tmp.path;
+  LaunchOptions opts;
+  opts.nranks = 2;
+  if (!protoEnv.empty()) opts.env.push_back({"LOOM_PROTO", protoEnv});
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    std::vector<float> x(kCount), y(kCount);
+    for (size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>(ctx.rank * 10 + i);
+    for (int k = 0; k < 3; ++k)
+      if (loomAllReduce(x.data(), y.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr) !=
+          loomSuccess)
+        return 1;
+    for (size_t i = 0; i < kCount; ++i)
+      if (y[i] != static_cast<float>(10 + 2 * i)) return 2;
+    const std::string path = dir + "/proto-rank" + std::to_string(ctx.rank) + ".json";
+    if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 3;
+    const std::vector<DumpedOp> ops = dumpedOps(readFile(path));
+    if (ops.size() != 3) return 4;
+    for (const DumpedOp& op : ops)
+      if (op.proto != expected) {
+        fprintf(stderr, "LOOM_PROTO=%s: rank %d ran %s, expected %s\n", protoEnv.c_str(),
+                ctx.rank, op.proto.c_str(), expected.c_str());
+        return 5;
+      }
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << "LOOM_PROTO=" << protoEnv << "\n" << res.report(true);
+}
+
+TEST(Straggler, DirectProtoFollowsTheSelection) {
+  directProtoIs("", "LL");
+  directProtoIs("simple", "symmetric");
+  directProtoIs("allreduce:simple", "symmetric");
+  directProtoIs("^ll", "symmetric");
+  directProtoIs("broadcast:simple", "LL");  // says nothing about all-reduce
+}
+
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
 // (state, channels) of every operation in a dump, in order.
 std::vector<std::pair<std::string, int>> statesOf(const std::string& json) {

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace loom::trace {
@@ -50,6 +53,39 @@ TEST(FlightRecorder, RecordsFailuresAndEscapesTheirText) {
   EXPECT_NE(json.find("\"seq\":3,\"coll\":\"allgather\""), std::string::npos);
   EXPECT_NE(json.find("\"state\":\"started\""), std::string::npos);
   EXPECT_EQ(rec.lastCompletedSeq(), 1u);  // the failed one does not count
+}
+
+// A dump taken while operations reuse the ring shows only whole records: every record's
+// fields belong to one operation (here count = 10 x seq, and the collective's name and the
+// failure text follow seq's parity).
+TEST(FlightRecorder, DumpsDuringOperationsShowWholeRecords) {
+  FlightRecorder rec(4, 0, 2);
+  std::atomic<bool> done{false};
+  std::thread ops([&] {
+    for (uint64_t seq = 1; seq <= 200000; ++seq) {
+      const bool odd = seq % 2 == 1;
+      OpRecord* r = rec.begin(seq, odd ? "allreduce" : "broadcast", seq * 10, 7, 0, -1);
+      rec.end(r, odd ? Status() : Status(loomTimeout, "op " + std::to_string(seq)));
+    }
+    done = true;
+  });
+  const std::regex one(R"re(\{"seq":(\d+),"coll":"(\w+)","algorithm":"[^"]*","proto":"[^"]*","count":(\d+)[^{}]*?(?:"error":"op (\d+)")?\})re");
+  size_t dumps = 0, records = 0;
+  while (!done || dumps == 0) {
+    const std::string json = rec.toJson("c", 1, "test");
+    ++dumps;
+    for (std::sregex_iterator it(json.begin(), json.end(), one), end; it != end; ++it) {
+      const uint64_t seq = std::stoull((*it)[1]);
+      ++records;
+      ASSERT_EQ(std::stoull((*it)[3]), seq * 10) << it->str();
+      ASSERT_EQ((*it)[2].str(), seq % 2 == 1 ? "allreduce" : "broadcast") << it->str();
+      if ((*it)[4].matched) {
+        ASSERT_EQ(std::stoull((*it)[4]), seq) << it->str();
+      }
+    }
+  }
+  ops.join();
+  EXPECT_GT(records, 0u);
 }
 
 TEST(FlightRecorder, DisabledWithZeroCapacity) {
