@@ -174,8 +174,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     LOOM_CHECK(waitAll([&](int q) { return &header(q)->ready; }, g,
                        [] { return std::string("direct all-reduce, waiting for peers' input"); },
                        off == 0));
-    // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here.
-    for (int q = 0; q < n; ++q) {
+    // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here. (The
+    // symmetric form reads every region's buffer: no rank reads another's input in place, so
+    // the peers' tokens, a cache line each, are not read.)
+    for (int q = 0; q < n && !symmetric; ++q) {
       const ShmDirectHeader* h = header(q);
       const uint64_t token = q == me ? in.token : h->inputToken[g & 1];
       const uint64_t offset = q == me ? in.offset : h->inputOffset[g & 1];
