@@ -430,7 +430,10 @@ Status Comm::progressNet() {
 
 Status Comm::progressNetReady() {
   constexpr size_t kMax = 64;
-  if (netConns_.size() > kMax) return progressNet();
+  // One or two sockets: a receive on each costs what poll() does, and a ready one then needs
+  // no second system call.
+  constexpr size_t kAskEach = 2;
+  if (netConns_.size() > kMax || netConns_.size() <= kAskEach) return progressNet();
   // Only sockets are asked; an RDMA connection (its fd a completion channel, which signals
   // only when armed) is moved on every look.
   pollfd fds[kMax];
