@@ -347,8 +347,9 @@ for cfg in "${cfgs[@]}"; do
       line=$(awk -v l="${RES[$cfg,loom,$size]:-}" -v r="${RES[$cfg,loomR,$size]:-}" \
         -v o="${RES[$cfg,ompi,$size]:-}" '
         function f(x, i) { if (x == "") return "n/a"; split(x, a, " "); return a[i] }
+        # busbw num / busbw den, from the times (the same bytes): exact where busbw rounds to 0.
         function ratio(num, den) { if (num == "" || den == "") return "n/a"; split(num, a, " ")
-          split(den, b, " "); if (b[2] + 0 == 0) return "n/a"; return sprintf("%.2f", a[2] / b[2]) }
+          split(den, b, " "); if (a[1] + 0 == 0) return "n/a"; return sprintf("%.2f", b[1] / a[1]) }
         BEGIN { printf "%s\t%s\t%s\t%s\t%s\t%s\n", f(l, 1), f(l, 2), f(r, 1), f(r, 2), ratio(r, l), ratio(r, o) }')
       IFS=$'\t' read -r tl bl tr br rrl rro <<<"$line"
       printf '%10s | %9s %7s | %9s %7s | %9s %9s\n' "$(human "$size")" "$tl" "$bl" "$tr" "$br" "$rrl" "$rro"
