@@ -67,7 +67,7 @@ constexpr Var kVars[] = {
      "1: at start-up rank 0 times ping-pongs over each kind of link it has and every rank's "
      "tuner prices with that fit (over LOOM_TUNER_TABLE)"},
     {"LOOM_PROTO", "",
-     "protocols: LL (input and flag in one cache line, up to 56 B) or simple; same syntax as "
+     "protocols: LL (input and flag in one cache line, up to 48 B) or simple; same syntax as "
      "LOOM_ALGO",
      "NCCL_PROTO"},
     {"LOOM_KERNEL_ISA", "",
