@@ -9,9 +9,9 @@
 //  * symmetric variant (small messages): every rank reduces the whole round
 //    itself, in rank order, so results agree bit for bit; one synchronisation
 //    instead of two.
-//  * low-latency variant (up to 48 bytes, unless LOOM_PROTO=simple): the
-//    input and the round number share one cache line (as NCCL's LL), so one
-//    poll of a peer's line brings its data.
+//  * low-latency variant (up to 48 bytes, unless LOOM_PROTO rules out ll for
+//    all-reduce): the input and the round number share one cache line (as
+//    NCCL's LL), so one poll of a peer's line brings its data.
 // Messages larger than a buffer go in rounds; the two buffers alternate so a
 // rank can fill the next round while slow peers still read the last one.
 #pragma once
