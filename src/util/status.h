@@ -7,6 +7,7 @@
 // Exceptions never cross the C API: src/api wraps every entry in a guard.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -15,30 +16,46 @@
 
 namespace loom {
 
+// Success is a null pointer: the common case constructs, moves and destroys as one word, and
+// only a failure allocates its code, message and place.
 class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(loomResult_t code, std::string message, const char* file = "", int line = 0)
-      : code_(code), message_(std::move(message)), file_(file), line_(line) {}
+      : rep_(code == loomSuccess && message.empty()
+                 ? nullptr
+                 : new Rep{code, std::move(message), file, line}) {}
+  Status(const Status& o) : rep_(o.rep_ ? new Rep(*o.rep_) : nullptr) {}
+  Status(Status&&) noexcept = default;
+  Status& operator=(const Status& o) {
+    if (this != &o) rep_.reset(o.rep_ ? new Rep(*o.rep_) : nullptr);
+    return *this;
+  }
+  Status& operator=(Status&&) noexcept = default;
 
   static Status ok() { return Status(); }
-  bool isOk() const { return code_ == loomSuccess; }
+  bool isOk() const { return rep_ == nullptr || rep_->code == loomSuccess; }
   explicit operator bool() const { return isOk(); }
-  loomResult_t code() const { return code_; }
-  const std::string& message() const { return message_; }
-  const char* file() const { return file_; }
-  int line() const { return line_; }
+  loomResult_t code() const { return rep_ ? rep_->code : loomSuccess; }
+  const std::string& message() const { return rep_ ? rep_->message : kNoMessage; }
+  const char* file() const { return rep_ ? rep_->file : ""; }
+  int line() const { return rep_ ? rep_->line : 0; }
   // Prepends context to the message ("allreduce #12: " + message).
   Status& prefix(const std::string& context) {
-    message_ = context + message_;
+    if (!rep_) rep_.reset(new Rep{loomSuccess, std::string(), "", 0});
+    rep_->message = context + rep_->message;
     return *this;
   }
 
  private:
-  loomResult_t code_ = loomSuccess;
-  std::string message_;
-  const char* file_ = "";
-  int line_ = 0;
+  struct Rep {
+    loomResult_t code;
+    std::string message;
+    const char* file;
+    int line;
+  };
+  static inline const std::string kNoMessage;
+  std::unique_ptr<Rep> rep_;
 };
 
 template <typename T>
