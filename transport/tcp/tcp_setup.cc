@@ -338,6 +338,7 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
       int fd = accept4(listener.fd(), reinterpret_cast<sockaddr*>(&from), &len,
                        SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
+        tune(fd);
         Shake sh;
         sh.fd = fd;
         sh.from = addrText(from);
