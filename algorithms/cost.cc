@@ -142,6 +142,15 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
   return end;
 }
 
+namespace {
+// Recursive doubling's rounds among n: log2(n'), n' the largest power of two <= n, and two
+// more (hand over, hand back) where ranks fold.
+double rdRounds(double n) {
+  const double pow2 = std::exp2(std::floor(std::log2(n)));
+  return std::log2(pow2) + (pow2 < n ? 2 : 0);
+}
+}  // namespace
+
 double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
                     const CostModel& model, const LinkMap& links) {
   const double n = nranks;
@@ -175,16 +184,18 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
       return fold + phases * (std::log2(pow2) * al + (pow2 - 1) / pow2 * S * be) +
              (coll == Coll::AllReduce ? S * red : 0);
     }
-    case Algo::Rd: {
+    case Algo::Rd:
       // log2(n') exchanges of the whole buffer, each reduced; two more where ranks fold.
-      const double pow2 = std::exp2(std::floor(std::log2(n)));
-      const double rounds = std::log2(pow2) + (pow2 < n ? 2 : 0);
-      return rounds * (al + S * be) + std::log2(pow2) * S * red;
-    }
-    case Algo::Hier: {
+      return rdRounds(n) * (al + S * be) + std::floor(std::log2(n)) * S * red;
+    case Algo::Hier:
+    case Algo::HierRd: {
+      // Inside each host of m ranks a direct reduce-scatter and all-gather; across the H
+      // hosts, each owner's slice (S / m) all-reduced by a ring or by recursive doubling.
       const double m = std::ceil(n / hosts), H = hosts;
       const double intra = 2 * ((m - 1) * (local.alpha_us + 2 * local.overhead_us) + (m - 1) / m * S * local.beta_us_per_byte);
-      const double inter = H > 1 ? 2 * (H - 1) * (al + S / m / H * be) : 0;
+      double inter = 0;
+      if (H > 1)
+        inter = a == Algo::Hier ? 2 * (H - 1) * (al + S / m / H * be) : rdRounds(H) * (al + S / m * be);
       return intra + inter + S * red;
     }
     case Algo::Chain:
@@ -399,8 +410,9 @@ std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
           (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Rd))))
         all.push_back(Algo::Rd);
       // On one host hier is a direct reduce-scatter and all-gather: only when asked for.
-      if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(Algo::Hier))))
-        all.push_back(Algo::Hier);
+      for (Algo h : {Algo::Hier, Algo::HierRd})
+        if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(h))))
+          all.push_back(h);
       break;
     case Coll::AllGather: all = {Algo::Ring, Algo::Rhd}; break;
     case Coll::ReduceScatter: all = {Algo::Ring, Algo::Rhd}; break;

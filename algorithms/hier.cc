@@ -17,11 +17,16 @@
 //   phase 3  r0 <-> r1, r2 <-> r3: each sends its finished slice
 //
 // Every step moves one unit: slice j is cut into H units, the chunks of its
-// phase-2 ring, so a unit's steps in all three phases have the same count and
-// the executor's pieces line up under round-major execution.
+// phase-2 ring (hierrd keeps each slice one unit: a round of recursive doubling
+// sends it whole, one message), so a unit's steps in all three phases have the
+// same count and the executor's pieces line up under round-major execution.
 // Phases 1 and 3 exchange directly between the ranks of a host (step d pairs
 // local rank i with i + d and i - d); phase 2 is the ring all-reduce of
-// ring.cc over the slice's owners, reading the host's partial sums.
+// ring.cc over the slice's owners, reading the host's partial sums ("hier"),
+// or their recursive doubling ("hierrd": log2(H') exchanges of the whole slice,
+// H' the largest power of two <= H, hosts beyond it folded as rhd.cc folds
+// ranks): 2 (H - 1) latencies across hosts become log2(H'), for log2(H') / 2
+// slices' bytes per owner instead of (H - 1) / H.
 #include <algorithm>
 
 #include "algorithms/schedule.h"
@@ -59,16 +64,18 @@ Layout makeLayout(int n, const std::vector<int>& hostOf) {
 
 class HierBuilder {
  public:
-  HierBuilder(int rank, int n, size_t count, const std::vector<int>& hostOf, Schedule& s)
-      : rank_(rank), l_(makeLayout(n, hostOf)), st_(s.channels[0]) {
+  HierBuilder(int rank, int n, size_t count, const std::vector<int>& hostOf, bool rdAcross,
+              Schedule& s)
+      : rank_(rank), l_(makeLayout(n, hostOf)), rdAcross_(rdAcross), st_(s.channels[0]) {
     const int H = l_.hosts();
-    units_.resize(static_cast<size_t>(l_.slices * H));
+    perSlice_ = rdAcross ? 1 : H;
+    units_.resize(static_cast<size_t>(l_.slices * perSlice_));
     for (int j = 0; j < l_.slices; ++j) {
       size_t so, sl;
       chunkRange(count, l_.slices, j, &so, &sl);
-      for (int c = 0; c < H; ++c) {
-        Unit& u = units_[static_cast<size_t>(j * H + c)];
-        chunkRange(sl, H, c, &u.offset, &u.len);
+      for (int c = 0; c < perSlice_; ++c) {
+        Unit& u = units_[static_cast<size_t>(j * perSlice_ + c)];
+        chunkRange(sl, perSlice_, c, &u.offset, &u.len);
         u.offset += so;
       }
     }
@@ -100,10 +107,10 @@ class HierBuilder {
                [&](size_t u) { step(StepOp::Send, -1, to, u, 0); },
                [&](size_t u) { step(StepOp::RecvReduceCopy, from, -1, u, post); });
     }
-    // Phase 2: per owned slice, a ring all-reduce across hosts.
+    // Phase 2: per owned slice, an all-reduce across hosts.
     if (H > 1)
       for (int j = 0; j < l_.slices; ++j)
-        if (l_.owner(host_, j) == rank_) ringAllReduce(j);
+        if (l_.owner(host_, j) == rank_) rdAcross_ ? rdAllReduce(j) : ringAllReduce(j);
     // Phase 3: direct all-gather inside the host.
     for (int d = 1; d < lm; ++d) {
       const int to = m[static_cast<size_t>((local_ + d) % lm)];
@@ -122,10 +129,9 @@ class HierBuilder {
   // Units of the slices that `owner` (a rank of this host) holds.
   std::vector<size_t> unitsOf(int owner) const {
     std::vector<size_t> out;
-    const int H = l_.hosts();
     for (int j = 0; j < l_.slices; ++j)
       if (l_.owner(host_, j) == owner)
-        for (int c = 0; c < H; ++c) out.push_back(static_cast<size_t>(j * H + c));
+        for (int c = 0; c < perSlice_; ++c) out.push_back(static_cast<size_t>(j * perSlice_ + c));
     return out;
   }
 
@@ -165,19 +171,47 @@ class HierBuilder {
     step(StepOp::Recv, prev, -1, unit(q + 2), 0);
   }
 
+  // Recursive doubling of slice j (one unit, u = j) among its owners, host q playing index q:
+  // with H' the largest power of two <= H and e = H - H', index 2i (i < e) hands its sums to
+  // 2i + 1 and gets the result back; the others swap and add at distances 1, 2, .. H' / 2.
+  void rdAllReduce(int j) {
+    const int H = l_.hosts(), q = host_;
+    const size_t u = static_cast<size_t>(j);
+    int pow2 = 1;
+    while (pow2 * 2 <= H) pow2 *= 2;
+    const int extra = H - pow2;
+    auto ownerAt = [&](int index) { return l_.owner(index, j); };
+    if (q < 2 * extra && q % 2 == 0) {  // folded: hand over, get the result back
+      step(StepOp::Send, -1, ownerAt(q + 1), u, 0);
+      step(StepOp::Recv, ownerAt(q + 1), -1, u, 0);
+      return;
+    }
+    if (q < 2 * extra) step(StepOp::RecvReduceCopy, ownerAt(q - 1), -1, u, 0);
+    const int v = q < 2 * extra ? q / 2 : q - extra;
+    for (int d = 1; d < pow2; d *= 2) {
+      const int w = v ^ d, peer = ownerAt(w < extra ? 2 * w + 1 : w + extra);
+      step(StepOp::Send, -1, peer, u, 0);
+      step(StepOp::RecvReduceCopy, peer, -1, u, 2 * d == pow2 ? kPost : 0);
+    }
+    if (q < 2 * extra) step(StepOp::Send, -1, ownerAt(q - 1), u, 0);
+  }
+
   const int rank_;
   const Layout l_;
+  const bool rdAcross_;
   std::vector<Step>& st_;
   std::vector<Unit> units_;
   std::vector<bool> inRecv_;
   int host_ = 0, local_ = 0;
+  int perSlice_ = 1;  // units a slice: the ring's H chunks, or the slice whole for hierrd
 };
 
 }  // namespace
 
-Schedule buildHierAllReduce(int rank, int n, size_t count, const std::vector<int>& hostOf) {
-  Schedule s = emptySchedule(Coll::AllReduce, "hier", rank, n, -1, count);
-  HierBuilder(rank, n, count, hostOf, s).build();
+Schedule buildHierAllReduce(int rank, int n, size_t count, const std::vector<int>& hostOf,
+                            bool rdAcross) {
+  Schedule s = emptySchedule(Coll::AllReduce, rdAcross ? "hierrd" : "hier", rank, n, -1, count);
+  HierBuilder(rank, n, count, hostOf, rdAcross, s).build();
   return s;
 }
 

@@ -148,6 +148,7 @@ const char* algoName(Algo a) {
     case Algo::Chain: return "chain";
     case Algo::Direct: return "direct";
     case Algo::Rd: return "rd";
+    case Algo::HierRd: return "hierrd";
   }
   return "?";
 }
@@ -170,6 +171,7 @@ bool algoBuilds(Algo a, Coll coll) {
       return coll == Coll::AllReduce || coll == Coll::AllGather || coll == Coll::ReduceScatter;
     case Algo::Tree:
     case Algo::Hier:
+    case Algo::HierRd:
     case Algo::Rd: return coll == Coll::AllReduce;
     case Algo::Rhd:
       return coll == Coll::AllReduce || coll == Coll::AllGather || coll == Coll::ReduceScatter;
@@ -187,6 +189,7 @@ Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, 
     switch (a) {
       case Algo::Tree: return buildTreeAllReduce(rank, nranks, count, hostOf);
       case Algo::Hier: return buildHierAllReduce(rank, nranks, count, hostOf);
+      case Algo::HierRd: return buildHierAllReduce(rank, nranks, count, hostOf, true);
       case Algo::Rd: return buildRdAllReduce(rank, nranks, count);
       case Algo::Rhd:
         return coll == Coll::AllReduce   ? buildRhdAllReduce(rank, nranks, count)

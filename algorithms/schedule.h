@@ -132,15 +132,17 @@ Schedule buildRhdReduceScatter(int rank, int nranks, size_t count);
 // (one for 2 ranks), each carrying the whole buffer; for small messages. Folds as rhd does.
 Schedule buildRdAllReduce(int rank, int nranks, size_t count);
 // Hierarchical all-reduce (hier.cc): reduce-scatter in each host, ring
-// all-reduce of matching slices across hosts, all-gather in each host; hosts
-// may hold different numbers of ranks. An empty hostOf is one host.
-Schedule buildHierAllReduce(int rank, int nranks, size_t count, const std::vector<int>& hostOf);
+// all-reduce of matching slices across hosts (recursive doubling with
+// rdAcross: "hierrd"), all-gather in each host; hosts may hold different
+// numbers of ranks. An empty hostOf is one host.
+Schedule buildHierAllReduce(int rank, int nranks, size_t count, const std::vector<int>& hostOf,
+                            bool rdAcross = false);
 
 // Algorithms by name, as LOOM_ALGO and the tuner know them. Direct all-reduce
 // is the shared-memory path of src/exec (no schedule); direct all-to-all is
 // buildDirectAllToAll.
-enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct, Rd };
-constexpr int kNumAlgos = 7;
+enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct, Rd, HierRd };
+constexpr int kNumAlgos = 8;
 const char* algoName(Algo a);
 // Parses a name (case-insensitive); false if unknown.
 bool parseAlgo(const std::string& name, Algo* out);

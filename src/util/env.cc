@@ -57,7 +57,7 @@ constexpr Var kVars[] = {
      "polls of a wait before it yields (-1: 2000, or 100 when local ranks outnumber cores)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
     {"LOOM_ALGO", "",
-     "algorithms the tuner may pick: ring, tree, rhd, rd, hier, chain, direct; a list for every "
+     "algorithms the tuner may pick: ring, tree, rhd, rd, hier, hierrd, chain, direct; a list for every "
      "collective or per collective (allreduce:ring,tree;allgather:ring); ^ excludes",
      "NCCL_ALGO"},
     {"LOOM_TUNER_TABLE", "",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Four hosts x two ranks in network namespaces on a bridge (bench/multihost/hosts.sh):
-# loom-perf's all-reduce with LOOM_ALGO=hier, tree and rhd, every result checked
+# loom-perf's all-reduce with LOOM_ALGO=hier, hierrd, tree and rhd, every result checked
 # (loom-perf exits 1 on a wrong value), so the cross-host schedules run across real
 # processes: shared memory inside a host, TCP between hosts. Also checks that the
 # communicator merged the four hosts into one system graph, that LOOM_TOPO_DISABLE=1 runs
@@ -41,7 +41,7 @@ run() {
   echo "$name: $(grep -c '^ *[0-9]' "$LOGS/$name/rank0.log") sizes checked"
 }
 
-for algo in hier tree rhd; do
+for algo in hier hierrd tree rhd; do
   run "$algo" "LOOM_ALGO=allreduce:$algo LOOM_SCHEDULE_DUMP=$LOGS/$algo/schedules.json" \
     "LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TOPO LOOM_DEBUG_FILE=$LOGS/$algo/topo.log" || continue
   # Every schedule built was the forced algorithm's (the dump is shared by all ranks).

@@ -66,10 +66,10 @@ check() {
   echo "$what: $(echo "$out" | tail -n +2 | awk '{printf "%s:%s ", $1, $NF}')"
 }
 
-# 4 hosts x 8 ranks: ring, tree, rhd, rd, hier; 8 B .. 128 MiB by 4 (13 rows).
+# 4 hosts x 8 ranks: ring, tree, rhd, rd, hier, hierrd; 8 B .. 128 MiB by 4 (13 rows).
 check "4x8 defaults" all 13 8 4 --hosts 4 --ranks-per-host 8
 hdr=$(table --hosts 4 --ranks-per-host 8 | head -1 | tr -s ' ')
-[[ $hdr == " bytes ring tree rhd rd hier choice" || $hdr == "bytes ring tree rhd rd hier choice" ]] ||
+[[ $hdr == " bytes ring tree rhd rd hier hierrd choice" || $hdr == "bytes ring tree rhd rd hier hierrd choice" ]] ||
   bad "4x8 header is '$hdr'"
 # Across hosts, a small message must not take the flat ring (2 (n-1) latencies).
 small=$(table --hosts 4 --ranks-per-host 8 | awk 'NR == 2 {print $NF}')
@@ -77,7 +77,7 @@ small=$(table --hosts 4 --ranks-per-host 8 | awk 'NR == 2 {print $NF}')
 check "4x2 by 2" all 22 8 2 --hosts 4 --ranks-per-host 2 --max-bytes 16777216 --factor 2
 # LOOM_ALGO narrows the choice exactly as in the library.
 LOOM_ALGO=ring check "LOOM_ALGO=ring" "ring" 13 8 4 --hosts 4 --ranks-per-host 8
-LOOM_ALGO='allreduce:^ring' check "LOOM_ALGO=allreduce:^ring" "tree rhd rd hier" 13 8 4 \
+LOOM_ALGO='allreduce:^ring' check "LOOM_ALGO=allreduce:^ring" "tree rhd rd hier hierrd" 13 8 4 \
   --hosts 4 --ranks-per-host 8
 LOOM_ALGO='allreduce:tree,hier' check "LOOM_ALGO=allreduce:tree,hier" "tree hier" 6 64 16 \
   --hosts 2 --ranks-per-host 4 --min-bytes 64 --max-bytes 67108864 --factor 16

@@ -24,6 +24,7 @@ TEST(AlgorithmsTest, DispatchByName) {
   EXPECT_STREQ(build(Algo::Rhd, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
   EXPECT_STREQ(build(Algo::Rhd, Coll::AllGather, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
   EXPECT_STREQ(build(Algo::Hier, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "hier");
+  EXPECT_STREQ(build(Algo::HierRd, Coll::AllReduce, 0, 4, -1, 8, false, hosts).algorithm, "hierrd");
   EXPECT_STREQ(build(Algo::Rhd, Coll::ReduceScatter, 0, 4, -1, 8, false, hosts).algorithm, "rhd");
   EXPECT_STREQ(build(Algo::Tree, Coll::Broadcast, 0, 4, 1, 8, false, hosts).algorithm, "chain");
   EXPECT_TRUE(algoBuilds(Algo::Rhd, Coll::ReduceScatter));

@@ -164,7 +164,7 @@ std::vector<size_t> layoutCountsFor(int n, bool quadratic) {
   return counts;
 }
 
-enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier, RdAllReduce, RhdReduceScatter };
+enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier, RdAllReduce, RhdReduceScatter, HierRd };
 
 const char* builderName(Builder b) {
   switch (b) {
@@ -175,6 +175,7 @@ const char* builderName(Builder b) {
     case Builder::Hier: return "hier";
     case Builder::RdAllReduce: return "rd_allreduce";
     case Builder::RhdReduceScatter: return "rhd_reducescatter";
+    case Builder::HierRd: return "hierrd";
   }
   return "?";
 }
@@ -192,6 +193,7 @@ Schedule buildOne(Builder b, int r, int n, size_t count, const std::vector<int>&
     case Builder::Hier: return buildHierAllReduce(r, n, count, hosts);
     case Builder::RdAllReduce: return buildRdAllReduce(r, n, count);
     case Builder::RhdReduceScatter: return buildRhdReduceScatter(r, n, count);
+    case Builder::HierRd: return buildHierAllReduce(r, n, count, hosts, true);
   }
   return Schedule{};
 }
@@ -200,7 +202,7 @@ class NewBuilderSweep : public ::testing::TestWithParam<std::tuple<Builder, int,
 
 TEST_P(NewBuilderSweep, Verifies) {
   const auto [b, n, inPlace] = GetParam();
-  const bool usesHosts = b == Builder::TreeHosts || b == Builder::Hier;
+  const bool usesHosts = b == Builder::TreeHosts || b == Builder::Hier || b == Builder::HierRd;
   auto layouts = usesHosts ? layoutsFor(n) : decltype(layoutsFor(n)){{"none", {}}};
   for (const auto& [lname, hosts] : layouts) {
     for (size_t count : layoutCountsFor(n, b == Builder::RhdAllGather || b == Builder::RhdReduceScatter)) {
@@ -236,7 +238,8 @@ INSTANTIATE_TEST_SUITE_P(
     All, NewBuilderSweep,
     ::testing::Combine(::testing::Values(Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
                                          Builder::RhdAllGather, Builder::Hier,
-                                         Builder::RdAllReduce, Builder::RhdReduceScatter),
+                                         Builder::RdAllReduce, Builder::RhdReduceScatter,
+                                         Builder::HierRd),
                        ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
     newSweepName);
 
@@ -291,7 +294,7 @@ TEST(VerifierTest, HostMajorOrderIsEmptyForRankOrder) {
 // Every single change to a step of the new builders' schedules is caught.
 TEST(VerifierTest, NewBuildersEveryMutationFails) {
   for (Builder b : {Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
-                    Builder::RhdAllGather, Builder::Hier}) {
+                    Builder::RhdAllGather, Builder::Hier, Builder::HierRd}) {
     for (int n : {2, 3, 5, 6}) {
       std::vector<int> hosts;
       for (int r = 0; r < n; ++r) hosts.push_back(r < 2 ? 0 : 1);
