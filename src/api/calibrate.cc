@@ -63,28 +63,56 @@ Status measure(Comm& comm, int peer, bool pinger, algo::Link link, std::string* 
   return Status::ok();
 }
 
+// Every rank pairs up, so that the links are timed under the load of a collective's round, in
+// which all ranks send at once (on a host with more ranks than cores, the ranks' turns on the
+// cores are part of every message's cost). Hosts are taken in order of their lowest rank and
+// their ranks in ascending order: local ranks 2i and 2i + 1 time the host's link, and the
+// ranks of local index i on hosts 2k and 2k + 1 the network. The even side pings. Rank 0
+// (local 0 of host 0) thus times shared memory with the next rank of its host and the network
+// with the lowest rank of the next host.
+struct Pairing {
+  int intra = -1, inter = -1;  // partners, -1 for none
+  bool intraPings = false, interPings = false;
+};
+
+Pairing pairUp(const std::vector<int>& hostOf, int me) {
+  std::vector<int> hostIds;
+  std::vector<std::vector<int>> members;
+  for (int r = 0; r < static_cast<int>(hostOf.size()); ++r) {
+    auto it = std::find(hostIds.begin(), hostIds.end(), hostOf[static_cast<size_t>(r)]);
+    if (it == hostIds.end()) {
+      hostIds.push_back(hostOf[static_cast<size_t>(r)]);
+      members.emplace_back();
+      it = hostIds.end() - 1;
+    }
+    members[static_cast<size_t>(it - hostIds.begin())].push_back(r);
+  }
+  Pairing p;
+  for (size_t h = 0; h < members.size(); ++h) {
+    auto it = std::find(members[h].begin(), members[h].end(), me);
+    if (it == members[h].end()) continue;
+    const size_t li = static_cast<size_t>(it - members[h].begin());
+    const size_t lp = li ^ 1, hp = h ^ 1;
+    if (lp < members[h].size()) p.intra = members[h][lp], p.intraPings = li % 2 == 0;
+    if (hp < members.size() && li < members[hp].size())
+      p.inter = members[hp][li], p.interPings = h % 2 == 0;
+  }
+  return p;
+}
+
 }  // namespace
 
 Status calibrate(Comm& comm) {
   if (!env::tunerCalibrate() || comm.nranks() < 2) return Status::ok();
-  const std::vector<int>& hostOf = comm.hostLayout();
   const int n = comm.nranks(), me = comm.rank();
-  int local = -1, remote = -1;  // rank 0's partners
-  for (int r = 1; r < n; ++r) {
-    if (hostOf[static_cast<size_t>(r)] == hostOf[0]) {
-      if (local < 0) local = r;
-    } else if (remote < 0) {
-      remote = r;
-    }
-  }
+  const Pairing pair = pairUp(comm.hostLayout(), me);
   const algo::Link intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
   std::string table;
-  if (me == 0 || me == local) {
-    if (local >= 0) LOOM_CHECK(measure(comm, me == 0 ? local : 0, me == 0, intra, &table));
-  }
-  if (me == 0 || me == remote) {
-    if (remote >= 0) LOOM_CHECK(measure(comm, me == 0 ? remote : 0, me == 0, comm.netLink(), &table));
-  }
+  // Every pair measures; rank 0's figures become the table.
+  if (pair.intra >= 0) LOOM_CHECK(measure(comm, pair.intra, pair.intraPings, intra, &table));
+  if (pair.inter >= 0)
+    LOOM_CHECK(measure(comm, pair.inter, pair.interPings, comm.netLink(), &table));
+  if (me != 0) table.clear();
   // Everyone takes rank 0's table.
   std::vector<char> mine(kTableBytes, 0), all(kTableBytes * static_cast<size_t>(n), 0);
   std::memcpy(mine.data(), table.data(), std::min(table.size(), kTableBytes - 1));

@@ -234,9 +234,15 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   if (env::spinCount() >= 0) {
     c->spinCount_ = static_cast<uint64_t>(env::spinCount());
   } else {
+    // Ranks that share this machine's cores: those of this host and of other network
+    // namespaces of the same machine (the same name before "/net:" in the host identity).
+    // More of them than cores: a spinning rank holds a core another rank needs.
     cpu_set_t cpus;
     long ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    c->spinCount_ = static_cast<long>(local.size()) > ncpu ? 100 : 2000;
+    const std::string machine = net::machineOf(mine.host);
+    long sharing = 0;
+    for (const PeerInfo& p : c->peers_) sharing += net::machineOf(p.host) == machine;
+    c->spinCount_ = sharing > ncpu ? 100 : 2000;
   }
   // Direct buffers when every rank shares this host (the direct all-reduce).
   const size_t directBytes =

@@ -127,6 +127,10 @@ std::string hostIdentity() {
   return std::string(host) + "/net:" + std::to_string(inode);
 }
 
+std::string machineOf(const std::string& hostIdentity) {
+  return hostIdentity.substr(0, hostIdentity.rfind("/net:"));
+}
+
 Result<sockaddr_in> parseHostPort(const std::string& hostPort, const char* argName) {
   auto bad = [&](const std::string& why) {
     return LOOM_ERROR(loomInvalidArgument,

@@ -41,6 +41,9 @@ Result<std::string> localAddress();
 // process's network namespace, so ranks in different namespaces count as
 // different hosts. Example: "node1/net:4026531840".
 std::string hostIdentity();
+// The machine part of a host identity (the hostname): network namespaces of one machine are
+// different hosts that share its cores. "node1/net:4026531840" -> "node1".
+std::string machineOf(const std::string& hostIdentity);
 
 // Parses "host:port" (host may be a name or dotted IPv4) into an address.
 // The argument name is used in the error message.

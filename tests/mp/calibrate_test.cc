@@ -1,11 +1,12 @@
-// Start-up calibration (LOOM_TUNER_CALIBRATE=1): rank 0 fits the link it shares with rank 1
-// from ping-pongs, every rank prices with rank 0's fit, so every rank predicts the same time
-// for every candidate (read from each rank's TUNE log), and collectives stay correct. Over TCP
-// (3 ranks, shm off) and over shared memory (3 ranks).
+// Start-up calibration (LOOM_TUNER_CALIBRATE=1): the ranks pair up and time their links all at
+// once (ranks 0 and 1, 2 and 3; the even side fits), every rank prices with rank 0's fit, so
+// every rank predicts the same time for every candidate (read from each rank's TUNE log), and
+// collectives stay correct. Over TCP (4 ranks, shm off) and over shared memory (4 ranks).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +32,7 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string base = dir;
   LaunchOptions opts;
-  opts.nranks = 3;
+  opts.nranks = 4;
   opts.shm = c.shm;
   opts.env = {{"LOOM_TUNER_CALIBRATE", "1"},
               {"LOOM_DEBUG", "INFO"},
@@ -55,11 +56,12 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
   });
   ASSERT_TRUE(res.allPassed()) << res.report(true);
 
-  // Every rank's log: the calibration line (rank 0 only) and its predictions.
-  const std::regex calibrated(R"(calibrated (\w+) with rank 1: ([0-9.]+) us \+ ([0-9.]+) GB/s)");
+  // Every rank's log: the calibration line (the pinging ranks, 0 and 2) and its predictions.
+  const std::regex calibrated(R"(calibrated (\w+) with rank (\d+): ([0-9.]+) us \+ ([0-9.]+) GB/s)");
   const std::regex predicted(R"(allreduce of (\d+) bytes: (\w+) predicted ([0-9.]+) us)");
   std::map<std::string, std::string> first;  // "bytes algo" -> time, as the first log said
-  int logs = 0, calibrations = 0;
+  int logs = 0;
+  std::vector<int> partners;
   size_t compared = 0;
   for (const RankOutcome& o : res.ranks) {
     const std::string text = readFile(base + "/tune." + std::to_string(o.pid));
@@ -67,9 +69,9 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
     if (text.empty()) continue;
     ++logs;
     for (std::sregex_iterator m(text.begin(), text.end(), calibrated), end; m != end; ++m) {
-      ++calibrations;
       EXPECT_EQ((*m)[1].str(), c.shm ? "shm" : "tcp");
-      const double alpha = std::stod((*m)[2].str()), gbps = std::stod((*m)[3].str());
+      partners.push_back(std::stoi((*m)[2].str()));
+      const double alpha = std::stod((*m)[3].str()), gbps = std::stod((*m)[4].str());
       EXPECT_TRUE(std::isfinite(alpha) && alpha >= 0 && alpha < 1e6) << alpha;
       EXPECT_TRUE(std::isfinite(gbps) && gbps > 0) << gbps;
     }
@@ -83,8 +85,9 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
     }
   }
   rmdir(dir);
-  EXPECT_EQ(logs, 3);
-  EXPECT_EQ(calibrations, 1) << "rank 0 calibrates once, with rank 1";
+  EXPECT_EQ(logs, 4);
+  std::sort(partners.begin(), partners.end());
+  EXPECT_EQ(partners, (std::vector<int>{1, 3})) << "ranks 0 and 2 time their links, with 1 and 3";
   EXPECT_GE(compared, 6u) << "the ranks' predictions were not found to compare";
 }
 
