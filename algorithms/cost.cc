@@ -5,6 +5,7 @@
 #include <deque>
 #include <fstream>
 #include <limits>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -95,44 +96,66 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
     return (static_cast<uint64_t>(c) * n + static_cast<uint64_t>(from)) * n +
            static_cast<uint64_t>(to);
   };
-  std::deque<int> queue;
+  // Each host's port to the others, each way: when it is next free. Messages between hosts
+  // queue there whichever of the host's ranks sends or receives them.
+  std::unordered_map<int, double> egress, ingress;
+  // Ranks take steps in order of their clocks (the earliest first), so that messages reach
+  // a shared port in about the order they would in time.
+  using Entry = std::pair<double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> ready;
   auto enqueue = [&](int r) {
     RankRun& run = runs[static_cast<size_t>(r)];
     if (!run.queued && run.pos < run.order.size()) {
       run.queued = true;
-      queue.push_back(r);
+      ready.push({run.clock, r});
     }
   };
   for (int r = 0; r < n; ++r) enqueue(r);
-  while (!queue.empty()) {
-    const int r = queue.front();
-    queue.pop_front();
+  while (!ready.empty()) {
+    const auto [at, r] = ready.top();
+    ready.pop();
     RankRun& run = runs[static_cast<size_t>(r)];
     run.queued = false;
-    while (run.pos < run.order.size()) {
-      const auto [i, p] = run.order[run.pos];
-      const size_t c = run.channelOf[run.pos];
-      const Step& st = schedules[static_cast<size_t>(r)].channels[c][i];
-      size_t start, len;
-      pieceRange(st.count, run.pieces[c][i], p, &start, &len);
-      const double bytes = static_cast<double>(len * elemSize);
-      if (stepRecvs(st.op)) {
-        auto it = fifos.find(key(c, st.recvPeer, r));
-        if (it == fifos.end() || it->second.empty()) break;  // wait for the sender
-        run.clock = std::max(run.clock, it->second.front()) +
-                    model.link(links.between(st.recvPeer, r)).overhead_us;
-        it->second.pop_front();
-        enqueue(st.recvPeer);
+    const auto [i, p] = run.order[run.pos];
+    const size_t c = run.channelOf[run.pos];
+    const Step& st = schedules[static_cast<size_t>(r)].channels[c][i];
+    size_t start, len;
+    pieceRange(st.count, run.pieces[c][i], p, &start, &len);
+    const double bytes = static_cast<double>(len * elemSize);
+    if (stepRecvs(st.op)) {
+      auto it = fifos.find(key(c, st.recvPeer, r));
+      if (it == fifos.end() || it->second.empty()) continue;  // the sender queues it again
+      // A message still in flight: take the step when it lands, after what happens before.
+      const double lands = std::max(run.clock, it->second.front());
+      if (lands > at && !ready.empty() && ready.top().first < lands) {
+        run.queued = true;
+        ready.push({lands, r});
+        continue;
       }
-      if (reduces(st.op) || st.op == StepOp::Copy) run.clock += bytes * model.reduce_us_per_byte;
-      if (stepSends(st.op)) {
-        const LinkCost& lc = model.link(links.between(r, st.sendPeer));
-        run.clock += lc.overhead_us + bytes * lc.beta_us_per_byte;
-        fifos[key(c, r, st.sendPeer)].push_back(run.clock + lc.alpha_us);
-        enqueue(st.sendPeer);
-      }
-      ++run.pos;
+      run.clock = std::max(run.clock, it->second.front()) +
+                  model.link(links.between(st.recvPeer, r)).overhead_us;
+      it->second.pop_front();
+      enqueue(st.recvPeer);
     }
+    if (reduces(st.op) || st.op == StepOp::Copy) run.clock += bytes * model.reduce_us_per_byte;
+    if (stepSends(st.op)) {
+      const LinkCost& lc = model.link(links.between(r, st.sendPeer));
+      const double wire = bytes * lc.beta_us_per_byte;
+      run.clock += lc.overhead_us + wire;
+      double sent = run.clock;
+      const int from = links.hostOf.empty() ? 0 : links.hostOf[static_cast<size_t>(r)];
+      const int to = links.hostOf.empty() ? 0 : links.hostOf[static_cast<size_t>(st.sendPeer)];
+      if (from != to) {
+        double& out = egress[from];
+        double& in = ingress[to];
+        sent = std::max({sent - wire, out, in}) + wire;
+        out = in = sent;
+      }
+      fifos[key(c, r, st.sendPeer)].push_back(sent + lc.alpha_us);
+      enqueue(st.sendPeer);
+    }
+    ++run.pos;
+    enqueue(r);
   }
   double end = 0;
   for (const RankRun& run : runs) {

@@ -11,7 +11,10 @@
 // ranks' steps in the executor's order (channels in turn, pieces round-major,
 // a step's receive before its send) on a clock per rank, with the link type
 // between each pair from a host layout, and returns when the last rank ends.
-// FIFO depth is not modelled (a verified schedule does not deadlock; slot
+// Messages between hosts also share their hosts' ports: each host sends and
+// receives one stream at the link's bandwidth, however many of its ranks
+// cross at once (ranks take their steps earliest clock first, so that they
+// reach a port in about the order of time). FIFO depth is not modelled (a verified schedule does not deadlock; slot
 // back-pressure only delays). closedFormUs() gives the textbook formulas for
 // rank counts too large to simulate cheaply. fitLinkCost() calibrates a link
 // from measured (bytes, time) samples by least squares.
@@ -122,11 +125,12 @@ std::vector<std::string> algoNames();
 std::vector<std::string> protoNames();  // "ll", "simple": indices kProtoLL, kProtoSimple
 constexpr int kProtoLL = 0, kProtoSimple = 1;
 
-// Recursive doubling moves the whole buffer every round; the model gives each rank its own
-// link, so where ranks share a host's port (several ranks on a host of a multi-host layout) it
-// would price rd's rounds too cheaply at larger sizes. There the tuner offers rd up to this
-// size (a round's bytes then cost less than a TCP latency); elsewhere (one host; one rank a
-// host) at every size, priced by the model. LOOM_ALGO=rd forces it at any size.
+// Recursive doubling moves the whole buffer every round, every rank at once. Where ranks share
+// a host's port (several ranks on a host of a multi-host layout) the model queues their
+// messages at the port, which prices rd above hier or hierrd from a few KiB; the tuner still
+// offers rd there only up to this size (a round's bytes then cost less than a TCP latency), as
+// a bound that holds whatever the link figures; elsewhere (one host; one rank a host) at every
+// size, priced by the model. LOOM_ALGO=rd forces it at any size.
 constexpr size_t kRdMaxBytes = size_t{16} << 10;
 // Whether `hostOf` spans several hosts and some host has more than one rank.
 bool portsShared(const std::vector<int>& hostOf);

@@ -201,6 +201,32 @@ TEST(CostModelTest, PricesPerMessageOverheadAtBothEnds) {
   EXPECT_NEAR(predictUs(s, 4, model, links), 18.0, 1e-9);  // 8 + 10
 }
 
+// Ranks of one host share its port to the others: two ranks of host 0 that each send 400 bytes
+// to their own peer on host 1 at once take the port one after the other (the second lands at
+// 2 x 4 + 10 = 18), where ranks on hosts of their own land at 4 + 10 = 14; messages inside a host
+// do not queue there.
+TEST(CostModelTest, RanksOfAHostShareItsPort) {
+  CostModel model = defaultCostModel();
+  model.links[static_cast<int>(Link::Tcp)] = {10, 0.01};
+  model.links[static_cast<int>(Link::Shm)] = {1, 0.001};
+  model.reduce_us_per_byte = 0;
+  std::vector<Schedule> s;
+  for (int r = 0; r < 4; ++r) s.push_back(emptySchedule(Coll::AllGather, "test", r, 4, -1, 100));
+  for (int r : {0, 1}) {
+    s[static_cast<size_t>(r)].channels[0] = {makeStep(StepOp::Send, -1, r + 2, {Buf::Send, 0}, {}, 100)};
+    s[static_cast<size_t>(r) + 2].channels[0] = {makeStep(StepOp::Recv, r, -1, {}, {Buf::Recv, 0}, 100)};
+  }
+  LinkMap links;
+  links.hostOf = {0, 0, 1, 1};
+  EXPECT_NEAR(predictUs(s, 4, model, links), 18.0, 1e-9);
+  links.hostOf = {0, 1, 2, 3};  // every rank its own host and port
+  EXPECT_NEAR(predictUs(s, 4, model, links), 14.0, 1e-9);
+  links.hostOf = {0, 1, 1, 0};  // host 0 sends one message and receives the other: no queue
+  EXPECT_NEAR(predictUs(s, 4, model, links), 14.0, 1e-9);
+  links.hostOf = {0, 0, 0, 0};  // one host: shared memory, no port
+  EXPECT_NEAR(predictUs(s, 4, model, links), 1.4, 1e-9);
+}
+
 TEST(CostModelTest, TableOverridesNamedLinksOnly) {
   CostModel m = defaultCostModel();
   const CostModel d = defaultCostModel();
