@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compare.sh: Loom's all-reduce beside Open MPI and Gloo on this host, in one run.
 #
-# usage: bench/peers/compare.sh [-q] [-o results.md] [-r reps] [-c shm2,shm4,shm8,tcp2]
+# usage: bench/peers/compare.sh [-q] [-o results.md] [-r reps] [-c shm2,shm4,shm8,tcp2,tcp4]
 #                               [-b minbytes] [-e maxbytes] [-f factor] [-T timeout_s]
 #                               [-W wait_s] [-N nice] [-l logdir] [BUILD_DIR (default ./build)]
 #
@@ -17,6 +17,7 @@
 #   shm8  8 ranks the same way (not in the default set)
 #   tcp2  2 ranks, TCP over loopback: Loom with LOOM_SHM_DISABLE=1; Open MPI ob1 with btl
 #         tcp,self on lo
+#   tcp4  4 ranks the same way (not in the default set)
 # Gloo has only its TCP transport: it runs over loopback in every configuration.
 # OMPI_SHM_MCA and OMPI_TCP_MCA (environment) replace the Open MPI flags above.
 #
@@ -137,12 +138,13 @@ declare -A BIN=([loom]=$LOOM [ompi]=$MPI_PERF [gloo]=$GLOO [loomR]=$LOOM)
 
 : "${OMPI_SHM_MCA:=--mca pml ob1 --mca btl vader,self}"
 : "${OMPI_TCP_MCA:=--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo}"
-declare -A NP=([shm2]=2 [shm4]=4 [shm8]=8 [tcp2]=2)
+declare -A NP=([shm2]=2 [shm4]=4 [shm8]=8 [tcp2]=2 [tcp4]=4)
 declare -A TITLE=(
   [shm2]="2 ranks, shared memory (Loom: shm; Open MPI: $OMPI_SHM_MCA; Gloo: TCP loopback)"
   [shm4]="4 ranks on $(nproc) cores, shared memory (Loom: shm; Open MPI: $OMPI_SHM_MCA; Gloo: TCP loopback)"
   [shm8]="8 ranks on $(nproc) cores, shared memory (Loom: shm; Open MPI: $OMPI_SHM_MCA; Gloo: TCP loopback)"
-  [tcp2]="2 ranks, TCP loopback (Loom: LOOM_SHM_DISABLE=1; Open MPI: $OMPI_TCP_MCA; Gloo: TCP)")
+  [tcp2]="2 ranks, TCP loopback (Loom: LOOM_SHM_DISABLE=1; Open MPI: $OMPI_TCP_MCA; Gloo: TCP)"
+  [tcp4]="4 ranks on $(nproc) cores, TCP loopback (Loom: LOOM_SHM_DISABLE=1; Open MPI: $OMPI_TCP_MCA; Gloo: TCP)")
 IFS=, read -r -a cfgs <<<"$configs"
 for c in "${cfgs[@]}"; do
   [[ -n ${NP[$c]:-} ]] || { echo "compare.sh: unknown configuration '$c'" >&2; exit 2; }

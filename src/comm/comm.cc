@@ -233,6 +233,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   c->conns_.resize(static_cast<size_t>(nranks));
   if (env::spinCount() >= 0) {
     c->spinCount_ = static_cast<uint64_t>(env::spinCount());
+    c->netSpinCount_ = std::min<uint64_t>(c->spinCount_, 32);
   } else {
     // Ranks that share this machine's cores: those of this host and of other network
     // namespaces of the same machine (the same name before "/net:" in the host identity).
@@ -243,6 +244,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     long sharing = 0;
     for (const PeerInfo& p : c->peers_) sharing += net::machineOf(p.host) == machine;
     c->spinCount_ = sharing > ncpu ? 100 : 2000;
+    c->netSpinCount_ = sharing > ncpu ? 0 : 32;
   }
   // Direct buffers when every rank shares this host (the direct all-reduce).
   const size_t directBytes =

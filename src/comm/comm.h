@@ -136,6 +136,9 @@ class Comm {
   // of its own, short when ranks outnumber cores (a spinning rank would only
   // steal the core of the rank it waits for).
   uint64_t spinCount() const { return spinCount_; }
+  // Polls of a socket before yielding: a system call each, so fewer; none where more ranks
+  // than cores share the machine (the poll takes a core the sender may need).
+  uint64_t netSpinCount() const { return netSpinCount_; }
 
   // Atomic: a non-blocking communicator numbers calls on the caller's thread as it queues them.
   uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
@@ -225,6 +228,7 @@ class Comm {
   std::atomic<uint64_t> seq_{0};
   uint32_t directRound_ = 0;
   uint64_t spinCount_ = 0;
+  uint64_t netSpinCount_ = 0;
   std::mutex opMutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;

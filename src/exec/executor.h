@@ -147,7 +147,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
   // Polling a socket is a system call: spin briefly on sockets, longer on
   // shared memory (where other sockets are moved every 64 polls).
   const bool net = conn->fd() >= 0;
-  const uint64_t spins = net ? std::min<uint64_t>(spinCount(), 32) : spinCount();
+  const uint64_t spins = net ? comm_.netSpinCount() : spinCount();
   for (uint64_t i = 0;; ++i) {
     Status s;
     // A socket is in the communicator's net list: the first look moves every socket, later
