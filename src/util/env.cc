@@ -54,7 +54,8 @@ constexpr Var kVars[] = {
     {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)", "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
-     "polls of a wait before it yields (-1: 2000, or 100 when local ranks outnumber cores)"},
+     "polls of a wait before it yields (-1: 2000, or 100 when the ranks on this machine "
+     "outnumber its cores; on a socket at most 32, and none then)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
     {"LOOM_ALGO", "",
      "algorithms the tuner may pick: ring, tree, rhd, rd, hier, hierrd, chain, direct; a list for every "
