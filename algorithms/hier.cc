@@ -47,17 +47,7 @@ struct Layout {
 
 Layout makeLayout(int n, const std::vector<int>& hostOf) {
   Layout l;
-  std::vector<int> ids;
-  for (int r = 0; r < n; ++r) {
-    const int h = hostOf.empty() ? 0 : hostOf[static_cast<size_t>(r)];
-    auto it = std::find(ids.begin(), ids.end(), h);
-    if (it == ids.end()) {
-      ids.push_back(h);
-      l.members.emplace_back();
-      it = ids.end() - 1;
-    }
-    l.members[static_cast<size_t>(it - ids.begin())].push_back(r);
-  }
+  l.members = hostMembers(hostOf.empty() ? std::vector<int>(static_cast<size_t>(n), 0) : hostOf);
   for (const auto& m : l.members) l.slices = std::max(l.slices, static_cast<int>(m.size()));
   return l;
 }

@@ -143,14 +143,24 @@ Schedule buildRingInOrder(Coll coll, int rank, int n, size_t count, const std::v
   return s;
 }
 
+std::vector<std::vector<int>> hostMembers(const std::vector<int>& hostOf) {
+  std::vector<int> ids;  // hosts in order of their lowest rank
+  std::vector<std::vector<int>> members;
+  for (size_t r = 0; r < hostOf.size(); ++r) {
+    auto it = std::find(ids.begin(), ids.end(), hostOf[r]);
+    if (it == ids.end()) {
+      ids.push_back(hostOf[r]);
+      members.emplace_back();
+      it = ids.end() - 1;
+    }
+    members[static_cast<size_t>(it - ids.begin())].push_back(static_cast<int>(r));
+  }
+  return members;
+}
+
 std::vector<int> hostMajorOrder(const std::vector<int>& hostOf) {
-  std::vector<int> hosts;  // in order of their lowest rank
-  for (int h : hostOf)
-    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   std::vector<int> order;
-  for (int h : hosts)
-    for (size_t r = 0; r < hostOf.size(); ++r)
-      if (hostOf[r] == h) order.push_back(static_cast<int>(r));
+  for (const std::vector<int>& m : hostMembers(hostOf)) order.insert(order.end(), m.begin(), m.end());
   for (size_t r = 0; r < order.size(); ++r)
     if (order[r] != static_cast<int>(r)) return order;
   return {};

@@ -167,5 +167,8 @@ Schedule buildRingInOrder(Coll coll, int rank, int nranks, size_t count,
 // rank of a host sits on one node); the ring crosses between hosts once per
 // host. Empty when that is rank order already.
 std::vector<int> hostMajorOrder(const std::vector<int>& hostOf);
+// The ranks of each host of `hostOf` (hostOf[r] is rank r's host): hosts in order of their
+// lowest rank, ranks ascending.
+std::vector<std::vector<int>> hostMembers(const std::vector<int>& hostOf);
 
 }  // namespace loom::algo

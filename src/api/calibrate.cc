@@ -76,17 +76,7 @@ struct Pairing {
 };
 
 Pairing pairUp(const std::vector<int>& hostOf, int me) {
-  std::vector<int> hostIds;
-  std::vector<std::vector<int>> members;
-  for (int r = 0; r < static_cast<int>(hostOf.size()); ++r) {
-    auto it = std::find(hostIds.begin(), hostIds.end(), hostOf[static_cast<size_t>(r)]);
-    if (it == hostIds.end()) {
-      hostIds.push_back(hostOf[static_cast<size_t>(r)]);
-      members.emplace_back();
-      it = hostIds.end() - 1;
-    }
-    members[static_cast<size_t>(it - hostIds.begin())].push_back(r);
-  }
+  const std::vector<std::vector<int>> members = algo::hostMembers(hostOf);
   Pairing p;
   for (size_t h = 0; h < members.size(); ++h) {
     auto it = std::find(members[h].begin(), members[h].end(), me);
