@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -169,19 +171,48 @@ std::string toString(const sockaddr_in& addr) {
   return dotted(addr.sin_addr) + ":" + std::to_string(ntohs(addr.sin_port));
 }
 
-int freeLoopbackPort() {
+namespace {
+
+// Binds a TCP socket to 127.0.0.1:port (0: the kernel picks); the port bound, or -1.
+int bindLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  int port = -1;
+  int bound = -1;
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
+    bound = ntohs(addr.sin_port);
   close(fd);
-  return port;
+  return bound;
+}
+
+}  // namespace
+
+int freeLoopbackPort() {
+  // The port is closed again before its user binds it. A port the kernel hands out (the
+  // ephemeral range) can be taken in that moment by any socket that connects or listens on port
+  // 0; so the port comes from below that range, where only an explicit bind takes it.
+  int low = 32768, high = 60999;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    fclose(f);
+  }
+  constexpr int kFirst = 10000;
+  if (low - kFirst >= 1000) {
+    const uint64_t seed = static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull ^
+                          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const int span = low - kFirst;
+    const int start = static_cast<int>((seed ^ (seed >> 29)) % static_cast<uint64_t>(span));
+    for (int i = 0; i < 256; ++i) {
+      const int port = bindLoopback(kFirst + (start + i) % span);
+      if (port > 0) return port;
+    }
+  }
+  return bindLoopback(0);
 }
 
 int currentNumaNode() {

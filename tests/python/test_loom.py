@@ -4,6 +4,7 @@ inputs; bad arguments raise LoomError naming the argument."""
 
 import array
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -213,9 +214,22 @@ class Collectives(unittest.TestCase):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # Below the kernel's ephemeral range (as loom::net::freeLoopbackPort): no socket that
+    # connects or listens on port 0 can take it before rank 0 binds it.
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    for _ in range(256):
+        port = random.randrange(10000, low) if low > 11000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free loopback port")
 
 
 def env_rank(rank, n, port):

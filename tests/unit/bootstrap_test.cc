@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -357,6 +358,35 @@ void expectRefusedReplay(const ReplayOutcome& r, const char* where,
 }
 
 // ---- Ids, joins, the ring's collectives ----
+
+// The launchers' port comes from below the kernel's ephemeral range, so that no socket that
+// connects or listens on port 0 (another test's, in parallel) takes it before rank 0 binds it.
+TEST(FreeLoopbackPortTest, IsBelowTheEphemeralRangeAndBindable) {
+  int low = 0, high = 0;
+  FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f == nullptr) GTEST_SKIP() << "no /proc/sys/net/ipv4/ip_local_port_range";
+  ASSERT_EQ(fscanf(f, "%d %d", &low, &high), 2);
+  fclose(f);
+  if (low < 11000) GTEST_SKIP() << "ephemeral range starts at " << low << ": no room below it";
+  std::vector<int> seen;
+  for (int i = 0; i < 20; ++i) {
+    const int port = loom::net::freeLoopbackPort();
+    ASSERT_GT(port, 0);
+    EXPECT_LT(port, low) << "port " << port << " is in the ephemeral range " << low << "-" << high;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << "port " << port;
+    close(fd);
+    seen.push_back(port);
+  }
+  std::sort(seen.begin(), seen.end());
+  // Launchers started together must not all get one port.
+  EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 10);
+}
 
 TEST(UniqueIdTest, RoundTrips) {
   IdContents c;
