@@ -37,7 +37,11 @@ void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>&
 
 }  // namespace
 
-constexpr size_t kOwnInPlaceBytes = size_t{1} << 20;
+// The slices form streams its copies from kStreamBytes (its reduction then goes through a
+// tile in L1 of kTileBytes), and its output from kStreamOutputBytes.
+constexpr size_t kStreamBytes = size_t{1} << 20;
+constexpr size_t kTileBytes = 4096;
+constexpr size_t kStreamOutputBytes = size_t{8} << 20;
 
 const char* directFormName(DirectForm f) {
   switch (f) {
@@ -141,6 +145,17 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     return Status::ok();
   }
 
+  // Streaming stores (slices form) from kStreamBytes, and to the output from
+  // kStreamOutputBytes, where it is larger than the caches would keep.
+  const bool stream = !symmetric && count * es >= kStreamBytes;
+  const bool streamOutput = stream && count * es >= kStreamOutputBytes;
+  auto toOutput = [streamOutput](char* dst, const char* src, size_t bytes) {
+    if (streamOutput)
+      kernels::streamCopy(dst, src, bytes);
+    else
+      std::memcpy(dst, src, bytes);
+  };
+
   for (size_t off = 0; off < count; off += perRound) {
     const size_t len = std::min(perRound, count - off);
     const uint32_t g = comm.nextDirectRound();
@@ -149,18 +164,22 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     // rank has read all inputs before any publishes `reduced`, so none returns while a peer
     // still reads its buffer; the symmetric form has no such point).
     const mem::Ref in = symmetric || scale ? mem::Ref{} : mem::lookup(send + off * es, len * es);
-    // This rank's slice (slices form, no scale, from 1 MiB): reduced straight from the send
-    // buffer, so only the peers' slices are copied in. (Below that the data stays in cache and
-    // reducing from this rank's own shared buffer measured faster.)
+    // Slices form from kStreamBytes: this rank's own slice is reduced straight from its send
+    // buffer, so only the peers' slices are copied in, with streaming stores: the lines go to
+    // memory rather than to this core's cache, and the peers read them from there faster than
+    // from another core's cache (docs/PERFORMANCE.md). Below that, everything is copied in
+    // with plain stores and stays in the caches.
     size_t so = 0, sl = 0;
     if (!symmetric) algo::chunkRange(len, n, me, &so, &sl);
-    const bool ownInPlace = !symmetric && !scale && count * es >= kOwnInPlaceBytes;
+    const bool ownInPlace = stream && !scale;
     if (in.token == 0) {
       if (scale) {
         kernels::reduce(red, myBuf, nullptr, send + off * es, len, kernels::kPre);
       } else if (ownInPlace) {
-        std::memcpy(myBuf, send + off * es, so * es);
-        std::memcpy(myBuf + (so + sl) * es, send + (off + so + sl) * es, (len - so - sl) * es);
+        kernels::streamCopy(myBuf, send + off * es, so * es);
+        kernels::streamCopy(myBuf + (so + sl) * es, send + (off + so + sl) * es,
+                            (len - so - sl) * es);
+        kernels::streamFence();
       } else {
         std::memcpy(myBuf, send + off * es, len * es);
       }
@@ -199,11 +218,28 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     if (symmetric) {
       reduceAll(red, recv + off * es, bufs, 0, len);
     } else {
-      // Reduce my slice into my own buffer, then gather every slice.
       for (size_t q = 0; q < slice.size(); ++q) slice[q] = inputs[q] + so * es;
-      reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
+      if (stream) {
+        // My slice a tile at a time, into a scratch tile that stays in the L1 cache; each
+        // tile is streamed to my buffer (for the peers) and to the output, so the source
+        // reads and the stores interleave and my slice needs no copy out.
+        std::rotate(slice.begin(), slice.begin() + me, slice.begin() + me + 1);
+        alignas(64) char tile[kTileBytes];
+        const size_t tileElems = kTileBytes / es;
+        for (size_t t = 0; t < sl; t += tileElems) {
+          const size_t tl = std::min(tileElems, sl - t);
+          for (size_t q = 0; q < slice.size(); ++q) inputs[q] = slice[q] + t * es;
+          kernels::reduceMany(red, tile, reinterpret_cast<const void* const*>(inputs.data()),
+                              inputs.size(), tl, kernels::kPost);
+          kernels::streamCopy(myBuf + (so + t) * es, tile, tl * es);
+          toOutput(recv + (off + so + t) * es, tile, tl * es);
+        }
+        kernels::streamFence();
+      } else {
+        reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
+      }
       publish(mine->reduced, mine, g);
-      for (int k = 0; k < n; ++k) {
+      for (int k = stream ? 1 : 0; k < n; ++k) {
         const int q = (me + k) % n;
         size_t qo, ql;
         algo::chunkRange(len, n, q, &qo, &ql);
@@ -214,10 +250,11 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
                                         [&] { return reached(h->reduced, g); },
                                         [] { return std::string("direct all-reduce, gathering"); }));
         }
-        std::memcpy(recv + (off + qo) * es, bufs[static_cast<size_t>(q)] + qo * es, ql * es);
+        toOutput(recv + (off + qo) * es, bufs[static_cast<size_t>(q)] + qo * es, ql * es);
       }
     }
   }
+  if (streamOutput) kernels::streamFence();
   return Status::ok();
 }
 

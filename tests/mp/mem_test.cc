@@ -28,10 +28,8 @@ int countMemSegments() {
 
 float inputOf(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)); }
 
-// Every rank but `plainRank` passes loomMemAlloc buffers; the count spans several rounds of the
-// direct buffers (LOOM_DIRECT_BYTES = 64 KiB) and ends mid-round.
-int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp_t op) {
-  const size_t count = 16384 * 3 + 5000;
+int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp_t op,
+                        size_t count) {
   const size_t bytes = count * sizeof(float);
   const bool mine = ctx.rank != plainRank;
   std::vector<float> plainSend(count), plainRecv(count);
@@ -68,6 +66,17 @@ int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp
     }
   }
   if (mine && (loomMemFree(send) != loomSuccess || loomMemFree(recv) != loomSuccess)) return 4;
+  return 0;
+}
+
+// Every rank but `plainRank` passes loomMemAlloc buffers; the count spans several rounds of the
+// direct buffers (LOOM_DIRECT_BYTES = 64 KiB) and ends mid-round. Below 1 MiB the direct
+// all-reduce copies with plain stores; from 1 MiB it streams (both are run).
+int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp_t op) {
+  for (size_t count : {size_t{16384} * 3 + 5000, size_t{16384} * 17 + 5000}) {
+    const int rc = allReduceOnMemAlloc(ctx, plainRank, inPlace, op, count);
+    if (rc != 0) return rc;
+  }
   return 0;
 }
 

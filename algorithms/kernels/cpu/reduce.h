@@ -59,6 +59,15 @@ void reduce(const Reducer& r, void* dst, const void* in, const void* local, size
 void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
                 uint32_t flags);
 
+// dst = src (bytes), written with non-temporal (streaming) stores where the CPU has them
+// (x86-64), else memcpy: the lines go to memory, not to this core's cache, which is faster
+// when another core reads them next or the copy is larger than the caches. The stores are
+// weakly ordered: call streamFence() before publishing the data to another thread or
+// process. Buffers must not overlap.
+void streamCopy(void* dst, const void* src, size_t bytes);
+// Orders every streaming store before it ahead of every store after it.
+void streamFence();
+
 // The instruction-set level reduce() and reduceMany() use: "scalar", "avx2" or "avx512".
 const char* kernelIsa();
 
