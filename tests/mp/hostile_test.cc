@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -286,6 +287,7 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
           pid_t pid = static_cast<pid_t>(shared->words[r].load());
           size_t want = r == 0 ? 3 : 2;
           if (pid > 0 && listeningSockets(pid).size() >= want) break;
+          if (pid > 0 && kill(pid, 0) != 0) break;  // the rank is gone: the launch reports it
           usleep(10000);
         }
     for (int r = 0; r < kRanks; ++r) {
@@ -302,7 +304,15 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
     shared->flag.store(1);  // rank 2 joins; the ranks link, accept, and meet the strangers
 
     // Once every rank has checked its collectives, every stranger must have been closed.
-    for (int i = 0; i < 6000 && shared->counter.load() < kRanks; ++i) usleep(10000);
+    auto anyRankGone = [&] {
+      for (int r = 0; r < kRanks; ++r) {
+        const pid_t pid = static_cast<pid_t>(shared->words[r].load());
+        if (pid > 0 && kill(pid, 0) != 0) return true;
+      }
+      return false;
+    };
+    for (int i = 0; i < 6000 && shared->counter.load() < kRanks && !anyRankGone(); ++i)
+      usleep(10000);
     for (size_t i = 0; i < at.fds.size(); ++i) {
       if (!closedByPeer(at.fds[i], 10000)) stillOpen.push_back(at.what[i]);
       close(at.fds[i]);
