@@ -161,29 +161,28 @@ class HierBuilder {
     step(StepOp::Recv, prev, -1, unit(q + 2), 0);
   }
 
-  // Recursive doubling of slice j (one unit, u = j) among its owners, host q playing index q:
-  // with H' the largest power of two <= H and e = H - H', index 2i (i < e) hands its sums to
-  // 2i + 1 and gets the result back; the others swap and add at distances 1, 2, .. H' / 2.
+  // Recursive doubling of slice j (one unit, u = j) among its owners, host q playing index q,
+  // the H indices folded onto a power of two (Fold, schedule.h): a folded index hands its sums
+  // to its successor and gets the result back; the others swap and add at distances 1, 2, ...
   void rdAllReduce(int j) {
-    const int H = l_.hosts(), q = host_;
+    const int q = host_;
     const size_t u = static_cast<size_t>(j);
-    int pow2 = 1;
-    while (pow2 * 2 <= H) pow2 *= 2;
-    const int extra = H - pow2;
+    const Fold f = makeFold(l_.hosts());
     auto ownerAt = [&](int index) { return l_.owner(index, j); };
-    if (q < 2 * extra && q % 2 == 0) {  // folded: hand over, get the result back
+    const int v = f.vrankOf(q);
+    if (v < 0) {  // folded: hand over, get the result back
       step(StepOp::Send, -1, ownerAt(q + 1), u, 0);
       step(StepOp::Recv, ownerAt(q + 1), -1, u, 0);
       return;
     }
-    if (q < 2 * extra) step(StepOp::RecvReduceCopy, ownerAt(q - 1), -1, u, 0);
-    const int v = q < 2 * extra ? q / 2 : q - extra;
-    for (int d = 1; d < pow2; d *= 2) {
-      const int w = v ^ d, peer = ownerAt(w < extra ? 2 * w + 1 : w + extra);
+    const bool takesFold = q < 2 * f.extra;
+    if (takesFold) step(StepOp::RecvReduceCopy, ownerAt(q - 1), -1, u, 0);
+    for (int d = 1; d < f.pow2; d *= 2) {
+      const int peer = ownerAt(f.rankOf(v ^ d));
       step(StepOp::Send, -1, peer, u, 0);
-      step(StepOp::RecvReduceCopy, peer, -1, u, 2 * d == pow2 ? kPost : 0);
+      step(StepOp::RecvReduceCopy, peer, -1, u, 2 * d == f.pow2 ? kPost : 0);
     }
-    if (q < 2 * extra) step(StepOp::Send, -1, ownerAt(q - 1), u, 0);
+    if (takesFold) step(StepOp::Send, -1, ownerAt(q - 1), u, 0);
   }
 
   const int rank_;

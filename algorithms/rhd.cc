@@ -31,27 +31,6 @@ struct Unit {
   size_t len = 0;
 };
 
-// The fold of n ranks onto n' vranks.
-struct Fold {
-  int nranks = 1;
-  int pow2 = 1;   // n'
-  int extra = 0;  // e = n - n'
-  // The vrank rank r plays, or -1 for a rank folded into its successor.
-  int vrankOf(int r) const {
-    if (r < 2 * extra) return (r % 2 == 1) ? r / 2 : -1;
-    return r - extra;
-  }
-  int rankOf(int v) const { return v < extra ? 2 * v + 1 : v + extra; }
-};
-
-Fold makeFold(int n) {
-  Fold f;
-  f.nranks = n;
-  while (f.pow2 * 2 <= n) f.pow2 *= 2;
-  f.extra = n - f.pow2;
-  return f;
-}
-
 void push(std::vector<Step>& st, const Step& s) {
   if (s.count > 0) st.push_back(s);
 }

@@ -102,6 +102,30 @@ std::string toJson(const Schedule& s);
 // Elements of chunk c when count elements are split into n near-equal chunks.
 void chunkRange(size_t count, int n, int c, size_t* offset, size_t* len);
 
+// The fold of n members onto n' = the largest power of two <= n "virtual" members, as
+// recursive halving and doubling use it (rhd.cc; hier.cc across hosts): with e = n - n', even
+// member 2i (i < e) hands its data to 2i + 1, which plays virtual member i; members from 2e on
+// play r - e.
+struct Fold {
+  int nranks = 1;
+  int pow2 = 1;   // n'
+  int extra = 0;  // e = n - n'
+  // The virtual member r plays, or -1 for a member folded into its successor.
+  int vrankOf(int r) const {
+    if (r < 2 * extra) return (r % 2 == 1) ? r / 2 : -1;
+    return r - extra;
+  }
+  int rankOf(int v) const { return v < extra ? 2 * v + 1 : v + extra; }
+};
+
+inline Fold makeFold(int n) {
+  Fold f;
+  f.nranks = n;
+  while (f.pow2 * 2 <= n) f.pow2 *= 2;
+  f.extra = n - f.pow2;
+  return f;
+}
+
 // Builders (ring.cc, chain.cc, direct.cc). `count` is the argument of the C
 // call (per-rank count for AllGather, ReduceScatter and AllToAll).
 Schedule buildRingAllReduce(int rank, int nranks, size_t count);
