@@ -5,7 +5,9 @@
 // maps, and reduces straight out of the peers' buffers.
 //  * slice variant (large messages): rank r reduces slice r of every rank's
 //    buffer into its own buffer, then every rank copies all reduced slices
-//    out: each byte is reduced once and read n times.
+//    out: each byte is reduced once and read n times. From 1 MiB what the
+//    peers read next is written with streaming stores, and a rank's own slice
+//    goes from the reduction straight to its output (shm_direct.cc).
 //  * symmetric variant (small messages): every rank reduces the whole round
 //    itself, in rank order, so results agree bit for bit; one synchronisation
 //    instead of two.
