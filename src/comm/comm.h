@@ -86,14 +86,16 @@ class Comm {
     algo::Schedule schedule;
   };
   LastPlan& lastPlan() { return lastPlan_; }
-  // Per-rank scratch of the direct all-reduce (src/exec/shm_direct.cc), so that its calls
-  // allocate nothing. Used under the communicator's lock.
-  struct DirectScratch {
+  // Per-rank scratch of the executors (src/exec/executor.cc's pieces per step, and the direct
+  // all-reduce's in src/exec/shm_direct.cc), so that their calls allocate nothing. Used under
+  // the communicator's lock, by one operation at a time.
+  struct ExecScratch {
+    std::vector<size_t> pieces;
     std::vector<const char*> bufs, slice, inputs;
     std::vector<int> pending;
     std::vector<int64_t> enters;
   };
-  DirectScratch& directScratch() { return directScratch_; }
+  ExecScratch& execScratch() { return execScratch_; }
   // The start-up calibration's cost table (src/api/calibrate.h; LOOM_TUNER_TABLE's format),
   // the same text on every rank; empty when not calibrated. The tuner applies it last.
   Status setCostTable(const std::string& text) {
@@ -206,7 +208,7 @@ class Comm {
   std::vector<int> hostOf_;
   std::vector<int> ringOrder_;
   LastPlan lastPlan_;
-  DirectScratch directScratch_;
+  ExecScratch execScratch_;
   std::string costTable_;
   std::vector<char> scratch_;
   algo::Link netLink_ = algo::Link::Tcp;

@@ -143,7 +143,8 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
   }
   const kernels::Reducer& red = op.reducer;
   for (const std::vector<Step>& steps : schedule.channels) {
-    std::vector<size_t> pieces(steps.size());
+    std::vector<size_t>& pieces = comm.execScratch().pieces;
+    pieces.assign(steps.size(), 0);
     size_t rounds = 0;
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& st = steps[i];

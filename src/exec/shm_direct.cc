@@ -73,7 +73,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   const char* send = static_cast<const char*>(op.sendbuff);
   char* recv = static_cast<char*>(op.recvbuff);
   // Scratch for source pointers, kept by the communicator so the fast path does not allocate.
-  Comm::DirectScratch& scratch = comm.directScratch();
+  Comm::ExecScratch& scratch = comm.execScratch();
   std::vector<const char*>& bufs = scratch.bufs;
   std::vector<const char*>& slice = scratch.slice;
   std::vector<const char*>& inputs = scratch.inputs;
