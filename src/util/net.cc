@@ -203,8 +203,9 @@ int freeLoopbackPort() {
   }
   constexpr int kFirst = 10000;
   if (low - kFirst >= 1000) {
-    const uint64_t seed = static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull ^
-                          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
+    const uint64_t seed =
+        static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(ticks);
     const int span = low - kFirst;
     const int start = static_cast<int>((seed ^ (seed >> 29)) % static_cast<uint64_t>(span));
     for (int i = 0; i < 256; ++i) {
