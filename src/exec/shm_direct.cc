@@ -223,14 +223,12 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
         // My slice a tile at a time, into a scratch tile that stays in the L1 cache; each
         // tile is streamed to my buffer (for the peers) and to the output, so the source
         // reads and the stores interleave and my slice needs no copy out.
-        std::rotate(slice.begin(), slice.begin() + me, slice.begin() + me + 1);
         alignas(64) char tile[kTileBytes];
         const size_t tileElems = kTileBytes / es;
         for (size_t t = 0; t < sl; t += tileElems) {
           const size_t tl = std::min(tileElems, sl - t);
           for (size_t q = 0; q < slice.size(); ++q) inputs[q] = slice[q] + t * es;
-          kernels::reduceMany(red, tile, reinterpret_cast<const void* const*>(inputs.data()),
-                              inputs.size(), tl, kernels::kPost);
+          reduceAll(red, tile, inputs, static_cast<size_t>(me), tl);
           kernels::streamCopy(myBuf + (so + t) * es, tile, tl * es);
           toOutput(recv + (off + so + t) * es, tile, tl * es);
         }
