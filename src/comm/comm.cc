@@ -231,10 +231,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
       remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr});
   }
   c->conns_.resize(static_cast<size_t>(nranks));
-  if (env::spinCount() >= 0) {
-    c->spinCount_ = static_cast<uint64_t>(env::spinCount());
-    c->netSpinCount_ = std::min<uint64_t>(c->spinCount_, 32);
-  } else {
+  {
     // Ranks that share this machine's cores: those of this host and of other network
     // namespaces of the same machine (the same name before "/net:" in the host identity).
     // More of them than cores: a spinning rank holds a core another rank needs.
@@ -243,8 +240,17 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     const std::string machine = net::machineOf(mine.host);
     long sharing = 0;
     for (const PeerInfo& p : c->peers_) sharing += net::machineOf(p.host) == machine;
-    c->spinCount_ = sharing > ncpu ? 100 : 2000;
-    c->netSpinCount_ = sharing > ncpu ? 0 : 32;
+    const bool outnumbered = sharing > ncpu;
+    if (env::spinCount() >= 0) {
+      c->spinCount_ = static_cast<uint64_t>(env::spinCount());
+      c->netSpinCount_ = std::min<uint64_t>(c->spinCount_, 32);
+    } else {
+      c->spinCount_ = outnumbered ? 100 : 2000;
+      c->netSpinCount_ = outnumbered ? 0 : 32;
+    }
+    c->yieldCount_ = env::yieldCount() >= 0 ? static_cast<uint64_t>(env::yieldCount())
+                     : outnumbered            ? 16
+                                              : 1000;
   }
   // Direct buffers when every rank shares this host (the direct all-reduce).
   const size_t directBytes =

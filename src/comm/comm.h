@@ -141,6 +141,12 @@ class Comm {
   // Polls of a socket before yielding: a system call each, so fewer; none where more ranks
   // than cores share the machine (the poll takes a core the sender may need).
   uint64_t netSpinCount() const { return netSpinCount_; }
+  // Yields of a wait after its polls, before it blocks. Long where every rank has a core:
+  // a blocked rank's core goes idle, and waking it then (the peer's wake call, and on a
+  // virtual machine the idle CPU's own wake-up) cost tens of microseconds more than the
+  // yields; short where ranks outnumber cores, whose yields hand the core to a rank that
+  // may be what this one waits for.
+  uint64_t yieldCount() const { return yieldCount_; }
 
   // Atomic: a non-blocking communicator numbers calls on the caller's thread as it queues them.
   uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
@@ -231,6 +237,7 @@ class Comm {
   uint32_t directRound_ = 0;
   uint64_t spinCount_ = 0;
   uint64_t netSpinCount_ = 0;
+  uint64_t yieldCount_ = 16;
   std::mutex opMutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;

@@ -148,6 +148,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
   // shared memory (where other sockets are moved every 64 polls).
   const bool net = conn->fd() >= 0;
   const uint64_t spins = net ? comm_.netSpinCount() : spinCount();
+  const uint64_t yields = comm_.yieldCount();
   for (uint64_t i = 0;; ++i) {
     Status s;
     // A socket is in the communicator's net list: the first look moves every socket, later
@@ -168,7 +169,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
     if (i == spins) blockedSince = nowNs();
     s = check(conn->peer(), what, &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : s;
-    if (i < spins + 16)
+    if (i < spins + yields)
       yieldCpu();
     else
       block(conn, forSend);
@@ -182,6 +183,7 @@ Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint
   int64_t blockedSince = 0;
   WaitTimer timer{op_.record, peer, &blockedSince};
   const uint64_t spins = spinCount();
+  const uint64_t yields = comm_.yieldCount();
   for (uint64_t i = 0;; ++i) {
     if (ready()) return Status::ok();
     if (i < spins) {
@@ -193,7 +195,7 @@ Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint
     if (!s.isOk()) return ready() ? Status::ok() : failed(s, what(), peer);
     s = check(peer, what, &nextLiveCheck);
     if (!s.isOk()) return ready() ? Status::ok() : s;
-    if (i < spins + 16) {
+    if (i < spins + yields) {
       yieldCpu();
       continue;
     }

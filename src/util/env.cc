@@ -56,6 +56,9 @@ constexpr Var kVars[] = {
     {"LOOM_SPIN_COUNT", "-1",
      "polls of a wait before it yields (-1: 2000, or 100 when the ranks on this machine "
      "outnumber its cores; on a socket at most 32, and none then)"},
+    {"LOOM_YIELD_COUNT", "-1",
+     "yields of a wait, after its polls, before it blocks (-1: 1000 where every rank on this "
+     "machine has a core, else 16)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
     {"LOOM_ALGO", "",
      "algorithms the tuner may pick: ring, tree, rhd, rd, hier, hierrd, chain, direct; a list for every "
@@ -164,6 +167,7 @@ LOOM_ENV_INT(cudaIpcBytes, "LOOM_CUDA_IPC_BYTES")
 LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
 LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")
 LOOM_ENV_INT(spinCount, "LOOM_SPIN_COUNT")
+LOOM_ENV_INT(yieldCount, "LOOM_YIELD_COUNT")
 LOOM_ENV_STRING(net, "LOOM_NET")
 LOOM_ENV_STRING(ibHca, "LOOM_IB_HCA")
 LOOM_ENV_INT(ibGidIndex, "LOOM_IB_GID_INDEX")

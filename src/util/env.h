@@ -24,6 +24,7 @@ bool tunerCalibrate();               // LOOM_TUNER_CALIBRATE
 int64_t slotBytes();                 // LOOM_SLOT_BYTES
 int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
 int64_t spinCount();                 // LOOM_SPIN_COUNT
+int64_t yieldCount();                // LOOM_YIELD_COUNT
 const std::string& net();            // LOOM_NET ("", "IB" or "Socket")
 bool ibDisable();                    // LOOM_IB_DISABLE
 const std::string& ibHca();          // LOOM_IB_HCA
