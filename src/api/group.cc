@@ -196,7 +196,8 @@ Status runCollective(Comm& comm, const Call& c) {
   if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
     static const bool llAllowed =
         protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
-    const exec::DirectForm form = exec::directForm(c.count * op.elemSize, llAllowed);
+    const exec::DirectForm form =
+        exec::directForm(c.count * op.elemSize, llAllowed, exec::llMaxBytes(comm));
     if (op.record != nullptr) {
       op.record->algorithm = "direct";
       op.record->channels = 1;

@@ -94,6 +94,7 @@ class Comm {
     std::vector<const char*> bufs, slice, inputs;
     std::vector<int> pending;
     std::vector<int64_t> enters;
+    std::vector<char> llRuns;  // low-latency lines gathered per rank
   };
   ExecScratch& execScratch() { return execScratch_; }
   // The start-up calibration's cost table (src/api/calibrate.h; LOOM_TUNER_TABLE's format),
@@ -147,6 +148,8 @@ class Comm {
   // yields; short where ranks outnumber cores, whose yields hand the core to a rank that
   // may be what this one waits for.
   uint64_t yieldCount() const { return yieldCount_; }
+  // More ranks than cores on this machine (counted as for the spin counts above).
+  bool outnumbered() const { return outnumbered_; }
 
   // Atomic: a non-blocking communicator numbers calls on the caller's thread as it queues them.
   uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
@@ -238,6 +241,7 @@ class Comm {
   uint64_t spinCount_ = 0;
   uint64_t netSpinCount_ = 0;
   uint64_t yieldCount_ = 16;
+  bool outnumbered_ = false;
   std::mutex opMutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;

@@ -52,8 +52,12 @@ const char* directFormName(DirectForm f) {
   return "?";
 }
 
-DirectForm directForm(size_t bytes, bool llAllowed) {
-  if (bytes > 0 && bytes <= transport::kShmLLBytes && llAllowed) return DirectForm::LL;
+size_t llMaxBytes(const Comm& comm) {
+  return comm.outnumbered() ? transport::kShmLLBytes : transport::kShmLLMaxBytes;
+}
+
+DirectForm directForm(size_t bytes, bool llAllowed, size_t llMax) {
+  if (bytes > 0 && bytes <= llMax && llAllowed) return DirectForm::LL;
   return bytes <= static_cast<size_t>(env::directSymMax()) ? DirectForm::Symmetric : DirectForm::Slices;
 }
 
@@ -125,19 +129,65 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   };
 
   if (form == DirectForm::LL) {
-    // Low-latency path: input and round number in one cache line.
+    // Low-latency path: input and round number share each cache line. Past the first line's
+    // 48 bytes the input goes on in more lines, written first; the first line, published
+    // last, is what a blocked peer sleeps on, and once it is seen every other line is too.
     const uint32_t g = comm.nextDirectRound();
     transport::ShmLLLine& line = mine->ll[g & 1];
+    const size_t bytes = count * es;
+    const size_t firstBytes = std::min(bytes, transport::kShmLLBytes);
+    const size_t moreLines =
+        (bytes - firstBytes + transport::kShmLLMoreBytes - 1) / transport::kShmLLMoreBytes;
+    auto put = [&](char* dst, const char* src, size_t b) {
+      if (scale)
+        kernels::reduce(red, dst, nullptr, src, b / es, kernels::kPre);
+      else
+        std::memcpy(dst, src, b);
+    };
+    auto moreRange = [&](size_t i, size_t* off, size_t* len) {
+      *off = firstBytes + i * transport::kShmLLMoreBytes;
+      *len = std::min(transport::kShmLLMoreBytes, bytes - *off);
+    };
+    for (size_t i = 0; i < moreLines; ++i) {
+      transport::ShmLLMoreLine& more = mine->llMore[g & 1][i];
+      size_t off, len;
+      moreRange(i, &off, &len);
+      put(more.data, send + off, len);
+      more.round.store(g, std::memory_order_release);
+    }
     line.enterNs = enterNs;
-    if (scale)
-      kernels::reduce(red, line.data, nullptr, send, count, kernels::kPre);
-    else
-      std::memcpy(line.data, send, count * es);
+    put(line.data, send, firstBytes);
     publish(line.round, mine, g);
+    // Follow each peer's more lines as they land, for at most one wait's polls in all: the
+    // wait on the first line below is the one that yields, blocks and times out.
+    uint64_t polls = comm.spinCount();
+    for (int q = 0; q < n && moreLines > 0; ++q)
+      for (size_t i = 0; q != me && i < moreLines; ++i)
+        while (!reached(header(q)->llMore[g & 1][i].round, g) && polls > 0) {
+          --polls;
+          cpuRelax();
+        }
     LOOM_CHECK(waitAll([&](int q) { return &header(q)->ll[g & 1].round; }, g,
                        [] { return std::string("low-latency all-reduce"); }, true));
-    for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = header(q)->ll[g & 1].data;
     noteArrivals([&](int q) { return header(q)->ll[g & 1].enterNs; });
+    if (moreLines == 0) {
+      for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = header(q)->ll[g & 1].data;
+    } else {
+      // Each rank's lines gathered into one run, for one reduction over all of them.
+      std::vector<char>& runs = scratch.llRuns;
+      runs.resize(static_cast<size_t>(n) * transport::kShmLLMaxBytes);
+      for (int q = 0; q < n; ++q) {
+        char* run = runs.data() + static_cast<size_t>(q) * transport::kShmLLMaxBytes;
+        const ShmDirectHeader* h = header(q);
+        std::memcpy(run, h->ll[g & 1].data, firstBytes);
+        for (size_t i = 0; i < moreLines; ++i) {
+          size_t off, len;
+          moreRange(i, &off, &len);
+          std::memcpy(run + off, h->llMore[g & 1][i].data, len);
+        }
+        bufs[static_cast<size_t>(q)] = run;
+      }
+    }
     reduceAll(red, recv, bufs, 0, count);
     // The last line came in at lastSeenNs: what follows it is a few nanoseconds' work, so
     // that time serves as the operation's end too (one clock read fewer).

@@ -11,9 +11,10 @@
 //  * symmetric variant (small messages): every rank reduces the whole round
 //    itself, in rank order, so results agree bit for bit; one synchronisation
 //    instead of two.
-//  * low-latency variant (up to 48 bytes, unless LOOM_PROTO rules out ll for
-//    all-reduce): the input and the round number share one cache line (as
-//    NCCL's LL), so one poll of a peer's line brings its data.
+//  * low-latency variant (up to 384 bytes, unless LOOM_PROTO rules out ll for
+//    all-reduce): the input and the round number share each cache line (as
+//    NCCL's LL and LL128), so a poll of a peer's line brings its data; up to
+//    48 bytes take one line.
 // Messages larger than a buffer go in rounds; the two buffers alternate so a
 // rank can fill the next round while slow peers still read the last one.
 #pragma once
@@ -24,9 +25,13 @@ namespace loom::exec {
 
 enum class DirectForm { LL, Symmetric, Slices };
 const char* directFormName(DirectForm f);  // "LL", "symmetric", "slices"
-// The form for an all-reduce of `bytes`: LL up to transport::kShmLLBytes when `llAllowed`
-// (LOOM_PROTO), symmetric up to LOOM_DIRECT_SYM_MAX, slices above.
-DirectForm directForm(size_t bytes, bool llAllowed);
+// The form for an all-reduce of `bytes`: LL up to `llMax` bytes when `llAllowed` (LOOM_PROTO),
+// symmetric up to LOOM_DIRECT_SYM_MAX, slices above. llMaxBytes(comm): transport::kShmLLMaxBytes
+// where every rank has a core; transport::kShmLLBytes (one line) where ranks outnumber the
+// cores, whose waits are decided by the scheduler and where the lines past the first measured
+// slower than the symmetric form (8 ranks on 2 cores).
+DirectForm directForm(size_t bytes, bool llAllowed, size_t llMax);
+size_t llMaxBytes(const Comm& comm);
 
 // *doneNs: when the operation ended, where the path read the clock at its end anyway, else 0.
 Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm form,

@@ -422,6 +422,17 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
         for (int ip = 0; ip < 2; ++ip)
           if (full || (op + ip + count) % 2 == 0) l.add(Coll::kAllReduce, t, op, count, ip != 0);
       }
+  // The low-latency all-reduce's line boundaries (src/exec/shm_direct.cc: 48 bytes in the first
+  // line, 56 in each further one, 384 in all): one line exactly, one element past it, two full
+  // lines, every line, one element past them; every op in turn, in place every other case.
+  if (full)
+    for (loomDataType_t t : kAllTypes) {
+      const size_t es = typeBytes(t);
+      for (size_t bytes : {size_t{48}, 48 + es, size_t{104}, size_t{384}, 384 + es}) {
+        const int op = k % (kPreMulSum + 1);
+        l.add(Coll::kAllReduce, t, op, bytes / es, ++k % 2 == 0);
+      }
+    }
   for (loomDataType_t t : kAllTypes) {
     if (isFloat(t)) continue;
     for (int op : {static_cast<int>(loomSum), static_cast<int>(loomAvg)})

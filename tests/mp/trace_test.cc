@@ -3,6 +3,7 @@
 // the others time out with a message naming the operation, the peer and the
 // peer's last completed operation; traces are dumped where asked.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -357,12 +358,12 @@ TEST(Straggler, DirectFirstArrivalsSlices) { directFirstArrivals(300000, "slices
 // LOOM_PROTO takes LOOM_ALGO's syntax for the direct all-reduce too: the low-latency form runs
 // only where the selection allows "ll" for all-reduce. The form each call took is read back
 // from the recorder, and the sum is checked.
-void directProtoIs(const std::string& protoEnv, const std::string& expected) {
-  constexpr size_t kCount = 4;
+void directProtoIs(const std::string& protoEnv, const std::string& expected, size_t kCount = 4,
+                   int nranks = 2) {
   TempDir tmp;
   const std::string& dir = tmp.path;
   LaunchOptions opts;
-  opts.nranks = 2;
+  opts.nranks = nranks;
   if (!protoEnv.empty()) opts.env.push_back({"LOOM_PROTO", protoEnv});
   LaunchResult res = launch(opts, [&](RankContext& ctx) {
     std::vector<float> x(kCount), y(kCount);
@@ -371,8 +372,10 @@ void directProtoIs(const std::string& protoEnv, const std::string& expected) {
       if (loomAllReduce(x.data(), y.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr) !=
           loomSuccess)
         return 1;
+    // sum over ranks r of (10 r + i)
     for (size_t i = 0; i < kCount; ++i)
-      if (y[i] != static_cast<float>(10 + 2 * i)) return 2;
+      if (y[i] != static_cast<float>(5 * nranks * (nranks - 1) + nranks * static_cast<int>(i)))
+        return 2;
     const std::string path = dir + "/proto-rank" + std::to_string(ctx.rank) + ".json";
     if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 3;
     const std::vector<DumpedOp> ops = dumpedOps(readFile(path));
@@ -394,6 +397,20 @@ TEST(Straggler, DirectProtoFollowsTheSelection) {
   directProtoIs("allreduce:simple", "symmetric");
   directProtoIs("^ll", "symmetric");
   directProtoIs("broadcast:simple", "LL");  // says nothing about all-reduce
+}
+
+// The low-latency form carries up to 384 bytes (48 in the first line, 56 in each of six more)
+// where every rank has a core, and one line's 48 where ranks outnumber the cores.
+TEST(Straggler, DirectLowLatencyUpToItsLines) {
+  directProtoIs("", "LL", 12);          // 48 B: one line
+  directProtoIs("", "LL", 13);          // 52 B: a second line
+  directProtoIs("", "LL", 96);          // 384 B: every line
+  directProtoIs("", "symmetric", 97);   // 388 B
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const bool outnumbered = CPU_COUNT(&cpus) < 3;
+  directProtoIs("", "LL", 12, 3);
+  directProtoIs("", outnumbered ? "symmetric" : "LL", 13, 3);
 }
 
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.

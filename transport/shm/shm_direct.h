@@ -3,7 +3,7 @@
 // (src/exec/shm_direct.cc) instead of passing pieces through FIFOs.
 //
 // Each rank owns one region: a header of counters (each on its own cache
-// line; they double as futex words), two low-latency lines, and two buffers
+// line; they double as futex words), low-latency lines, and two buffers
 // used alternately by successive rounds, so a rank can fill one while slower
 // peers still read the other.
 #pragma once
@@ -24,6 +24,21 @@ struct alignas(64) ShmLLLine {
 };
 constexpr size_t kShmLLBytes = sizeof(ShmLLLine::data);
 
+// A low-latency round of more than kShmLLBytes goes on in these lines, each with its own
+// round number, so a reader takes each line as it lands instead of waiting for a flag and
+// then fetching the data. They are written before the first line, whose round is the one a
+// blocked reader sleeps on and the writer wakes. 56 data bytes: no element straddles two
+// lines.
+struct alignas(64) ShmLLMoreLine {
+  std::atomic<uint32_t> round;
+  uint32_t pad;
+  char data[56];
+};
+constexpr size_t kShmLLMoreBytes = sizeof(ShmLLMoreLine::data);
+constexpr size_t kShmLLMoreLines = 6;
+// The largest low-latency round: 384 bytes.
+constexpr size_t kShmLLMaxBytes = kShmLLBytes + kShmLLMoreLines * kShmLLMoreBytes;
+
 struct alignas(64) ShmDirectHeader {
   std::atomic<uint32_t> ready;    // rounds whose input this rank has published
   uint32_t pad0;
@@ -41,6 +56,7 @@ struct alignas(64) ShmDirectHeader {
   uint64_t inputOffset[2];
   char pad4[32];
   ShmLLLine ll[2];                // by round parity
+  ShmLLMoreLine llMore[2][kShmLLMoreLines];  // by round parity: the rest of a larger round
 };
 
 constexpr size_t kShmDirectHeaderBytes = 4096;
