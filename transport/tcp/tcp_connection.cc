@@ -26,6 +26,10 @@ static_assert(kHeader == 40, "recvHeader_ holds one header");
 // The staging buffer: a receive of up to this many bytes takes any frame of up to
 // kStageBytes - kHeader whole; a longer read goes straight into the slot.
 constexpr size_t kStageBytes = 4096;
+// While at least this much of a frame's body is still in flight, the socket's receive low-water
+// mark is set to what remains: poll() and the wake-up of a blocked reader then wait for the
+// whole rest instead of each segment, and one recv() takes it.
+constexpr size_t kLowatMinBytes = 16384;
 }  // namespace
 
 TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
@@ -189,7 +193,22 @@ Status TcpConnection::progress() {
     }
   }
   if (sendErr != 0) return fail("send", sendErr);
+  setLowat(lowatWanted());
   return Status::ok();
+}
+
+size_t TcpConnection::lowatWanted() const {
+  if (eof_ || filled_ - consumed_ >= depth_ || recvBytes_ < kHeader) return 1;
+  const size_t frame = kHeader + reinterpret_cast<const FrameHeader*>(recvHeader_)->size;
+  const size_t have = recvBytes_ + (stageEnd_ - stageBeg_);
+  const size_t left = frame > have ? frame - have : 0;
+  return left >= kLowatMinBytes ? left : 1;
+}
+
+void TcpConnection::setLowat(size_t bytes) {
+  if (bytes == lowat_) return;
+  const int v = static_cast<int>(bytes);
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0) lowat_ = bytes;
 }
 
 ssize_t TcpConnection::readSome(char* dst, size_t want) {

@@ -8,7 +8,9 @@
 // the kernel and so throttles the peer: credits without extra messages.
 // Headers and small frames are read through a staging buffer, so that one
 // receive takes a whole small frame (or several) and a short read tells that
-// the socket is empty; a large frame's body goes straight into its slot.
+// the socket is empty; a large frame's body goes straight into its slot, and while much of it
+// is still owed the socket's receive low-water mark is its rest, so that the reader is woken
+// once for it, not once per segment.
 // Progress is driven by whichever thread waits (the executor), so no helper
 // thread touches the data.
 #pragma once
@@ -62,6 +64,11 @@ class TcpConnection final : public Connection {
   // peer's close, -1 with errno (EAGAIN: nothing now).
   ssize_t readSome(char* dst, size_t want);
   std::string closedText() const;
+  // The receive low-water mark for what the socket still owes the frame being read: its rest
+  // when that is large, else 1 (any byte is news). setLowat() changes the socket's only when it
+  // differs.
+  size_t lowatWanted() const;
+  void setLowat(size_t bytes);
   char* sendSlotPtr(uint64_t i) { return sendBuf_.data() + (i % depth_) * slotBytes_; }
   char* recvSlotPtr(uint64_t i) { return recvBuf_.data() + (i % depth_) * slotBytes_; }
 
@@ -82,6 +89,7 @@ class TcpConnection final : public Connection {
   alignas(8) char recvHeader_[40] = {};  // the frame header being read
   std::vector<char> stage_;               // bytes read ahead of the frame being filled
   size_t stageBeg_ = 0, stageEnd_ = 0;
+  size_t lowat_ = 1;      // the socket's SO_RCVLOWAT
   bool drained_ = false;  // this progress() saw the socket empty (a short read)
   Status error_;
   bool eof_ = false;  // the peer closed its sending side

@@ -1,0 +1,144 @@
+// The TCP connection's reader over a real loopback connection, with the peer's side written by
+// hand so that a frame's bytes can arrive in timed pieces. The frame layout is the one
+// transport/tcp/tcp_connection.cc writes: a 40-byte header {uint32 size, uint32 flags, Stamp}
+// and then size bytes.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "transport/tcp/tcp_connection.h"
+
+using loom::transport::Stamp;
+using loom::transport::TcpConnection;
+
+namespace {
+
+constexpr size_t kHeader = 40;
+constexpr size_t kSlot = 256 << 10;
+
+// A connected loopback pair: `reader` non-blocking (as TcpConnection expects), `writer` blocking.
+struct Pair {
+  int reader = -1, writer = -1;
+  Pair() {
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(ls, 1), 0);
+    EXPECT_EQ(getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    writer = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(connect(writer, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    reader = accept(ls, nullptr, nullptr);
+    EXPECT_GE(reader, 0);
+    fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK);
+    close(ls);
+  }
+};
+
+void writeAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    ASSERT_GT(w, 0);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// One frame's bytes: header then a payload of `size` bytes, byte i = i * 7 + 3.
+std::vector<char> frame(uint32_t size, uint64_t seq) {
+  std::vector<char> f(kHeader + size);
+  std::memcpy(f.data(), &size, 4);
+  Stamp st;
+  st.seq = seq;
+  std::memcpy(f.data() + 8, &st, sizeof(st));
+  for (size_t i = 0; i < size; ++i) f[kHeader + i] = static_cast<char>(i * 7 + 3);
+  return f;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A large frame whose bytes come in three pieces, 150 ms apart: the reader gets the whole
+// frame, byte for byte, and its blocking wait returns as soon as the last piece lands (a receive
+// low-water mark above what is still to come would leave it asleep for the whole wait). While
+// the rest is owed, the middle piece does not wake the reader: the low-water mark is the rest.
+TEST(TcpFrames, ALargeFrameArrivingInPiecesWakesTheReaderOnceItIsWhole) {
+  Pair p;
+  auto conn = std::make_unique<TcpConnection>(1, p.reader, kSlot, 2);
+  const uint32_t size = 200 << 10;
+  const std::vector<char> f = frame(size, 42);
+  const size_t cut1 = kHeader + 4096, cut2 = kHeader + 100000;
+  std::chrono::steady_clock::time_point lastSent;
+  std::thread writer([&] {
+    writeAll(p.writer, f.data(), cut1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    writeAll(p.writer, f.data() + cut1, cut2 - cut1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    lastSent = std::chrono::steady_clock::now();
+    writeAll(p.writer, f.data() + cut2, f.size() - cut2);
+  });
+  int wakeups = 0;
+  size_t bytes = 0;
+  const void* got = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (got == nullptr && secondsSince(t0) < 20) {
+    ASSERT_TRUE(conn->progress().isOk());
+    got = conn->tryRecvSlot(&bytes);
+    if (got != nullptr) break;
+    conn->wait(false, 5'000'000);
+    ++wakeups;
+  }
+  const double lateBy = secondsSince(lastSent);
+  writer.join();
+  ASSERT_NE(got, nullptr) << "the frame never completed";
+  ASSERT_EQ(bytes, size);
+  EXPECT_EQ(std::memcmp(got, f.data() + kHeader, size), 0);
+  EXPECT_EQ(conn->recvStamp().seq, 42u);
+  EXPECT_LT(lateBy, 2.0) << "the reader slept on after the frame's last bytes had landed";
+  // The first piece (header and 4 KiB) and the last: not the middle one as well.
+  EXPECT_LE(wakeups, 2);
+  conn->releaseRecv();
+  close(p.writer);
+}
+
+// A peer that closes in the middle of a large frame: the reader's wait returns at once (the
+// close is news whatever the low-water mark) and progress() names the peer.
+TEST(TcpFrames, APeerClosingInsideALargeFrameIsSeenAtOnce) {
+  Pair p;
+  auto conn = std::make_unique<TcpConnection>(3, p.reader, kSlot, 2);
+  const std::vector<char> f = frame(200 << 10, 7);
+  writeAll(p.writer, f.data(), kHeader + 50000);
+  // Read what came, so that the socket owes the rest of the frame.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (secondsSince(t0) < 0.3) {
+    ASSERT_TRUE(conn->progress().isOk());
+    conn->wait(false, 50'000);
+  }
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    close(p.writer);
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  conn->wait(false, 10'000'000);
+  const double waited = secondsSince(t1);
+  closer.join();
+  EXPECT_LT(waited, 5.0) << "the close did not wake the reader";
+  loom::Status s = conn->progress();
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("rank 3 closed its TCP connection"), std::string::npos) << s.message();
+}
+
+}  // namespace
