@@ -110,6 +110,9 @@ class LoomBackend : public perf::Backend {
   void DeviceFree(void* p) override { CudaCheck(cudaFree(p), "cudaFree"); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     CudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    // From pageable memory the copy may still be in flight on return, and the collectives'
+    // stream does not wait for the default stream.
+    CudaCheck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     CudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");

@@ -182,19 +182,24 @@ Status ipcError(Comm& comm, DeviceState& st) {
   return s;
 }
 
+// The communicator's bootstrap all-gather, for cuda_ipc's set-up and close.
+transport::cuda_ipc::AllGather allGatherOf(Comm& comm) {
+  return [&comm](const void* mine, void* all, size_t bytes) {
+    return comm.bootstrap().allGather(mine, all, bytes);
+  };
+}
+
 Status setupIpc(Comm& comm, DeviceState& st) {
   st.ipcTried = true;
   if (env::cudaIpcDisable() || comm.nranks() < 2 || comm.nranks() > transport::cuda_ipc::kMaxRanks)
     return Status::ok();
   for (int r = 0; r < comm.nranks(); ++r)
     if (comm.peer(r).host != comm.peer(comm.rank()).host) return Status::ok();
-  auto allGather = [&comm](const void* mine, void* all, size_t bytes) {
-    return comm.bootstrap().allGather(mine, all, bytes);
-  };
   LOOM_ASSIGN(st.ipc,
               transport::cuda_ipc::IpcAllReduce::create(
                   comm.rank(), comm.nranks(),
-                  static_cast<size_t>(std::max<int64_t>(env::cudaIpcBytes(), 1 << 20)), allGather));
+                  static_cast<size_t>(std::max<int64_t>(env::cudaIpcBytes(), 1 << 20)),
+                  allGatherOf(comm)));
   if (!st.ipc) LOOM_INFO(kTransport, "cuda_ipc not available: all-reduce stages through the host");
   return Status::ok();
 }
@@ -332,7 +337,16 @@ Status enqueue(Comm& comm, const std::vector<Call>& calls) {
   const Call& c = calls[0];
   if (calls.size() == 1 && c.kind == Call::Collective && c.coll == algo::Coll::AllReduce &&
       comm.nranks() > 1 && isDevicePointer(c.sendbuff) && isDevicePointer(c.recvbuff)) {
-    if (!st.ipcTried) LOOM_CHECK(setupIpc(comm, st));
+    if (!st.ipcTried) {
+      // Setting up allocates and opens peers' memory, which a graph capture forbids.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture != cudaStreamCaptureStatusNone)
+        return LOOM_ERROR(loomInvalidUsage,
+                          "stream: the first all-reduce on device buffers sets up cuda_ipc, "
+                          "which cannot be captured in a graph: run one before capturing");
+      LOOM_CHECK(setupIpc(comm, st));
+    }
     if (st.ipc) {
       LOOM_ASSIGN(kernels::Reducer r, api::reducerFor(comm, c));
       return st.ipc->enqueue(r, c.sendbuff, c.recvbuff, c.count, comm.options().timeoutMs, stream);
@@ -382,6 +396,14 @@ void release(Comm& comm, bool abort) {
     return;
   }
   DeviceGuard guard(st->device);
+  if (st->ipc && abort) {
+    st->ipc->abandonBuffer();  // peers' kernels may still read it
+  } else if (st->ipc) {
+    Status s = st->ipc->close(allGatherOf(comm));
+    if (!s.isOk())
+      LOOM_WARN(kTransport, "%s: cuda_ipc close: %s; its device buffer stays allocated",
+                comm.describe().c_str(), s.message().c_str());
+  }
   st->ipc.reset();                // waits for this rank's kernels
   (void)cudaDeviceSynchronize();  // copies out of the staging buffers
   if (st->stage != nullptr) (void)cudaFreeHost(st->stage);

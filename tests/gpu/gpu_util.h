@@ -7,7 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace loomtest {
@@ -42,7 +46,24 @@ inline std::string noDeviceReason() {
   return reason;
 }
 
+// LOOM_GPU_REQUIRED=1 (tests/gpu/run.sh sets it): a missing device fails the test instead of
+// skipping it, so that a GPU machine where CUDA cannot start is not reported as passing.
+inline bool gpuRequired() {
+  const char* v = std::getenv("LOOM_GPU_REQUIRED");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 }  // namespace loomtest
+
+// In a test body or SetUp(): skips where there is no CUDA device (fails where one is required).
+#define LOOM_SKIP_WITHOUT_GPU()                             \
+  do {                                                      \
+    const std::string loom_why_ = loomtest::noDeviceReason(); \
+    if (!loom_why_.empty()) {                               \
+      if (loomtest::gpuRequired()) FAIL() << loom_why_;     \
+      GTEST_SKIP() << loom_why_;                            \
+    }                                                       \
+  } while (0)
 
 // In a rank: prints the failed call and returns 1 from the rank function.
 #define GPU_CHECK(call)                                                         \

@@ -71,8 +71,7 @@ struct DeviceBuffer {
 class GpuKernelTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    const std::string why = loomtest::noDeviceReason();
-    if (!why.empty()) GTEST_SKIP() << why;
+    LOOM_SKIP_WITHOUT_GPU();
   }
 };
 
@@ -148,8 +147,7 @@ INSTANTIATE_TEST_SUITE_P(EveryType, GpuKernelTest,
                          ::testing::Range(0, static_cast<int>(loomNumTypes)));
 
 TEST(GpuCopyKernel, CopiesBytesUnchangedAtAnyAlignment) {
-  const std::string why = loomtest::noDeviceReason();
-  if (!why.empty()) GTEST_SKIP() << why;
+  LOOM_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(7);
   for (size_t bytes : {size_t{1}, size_t{15}, size_t{16}, size_t{4097}, size_t{(1 << 22) + 3}}) {
     for (size_t shift : {size_t{0}, size_t{3}}) {

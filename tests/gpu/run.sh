@@ -9,7 +9,8 @@
 #      device-side timeout)
 #   4. loom-perf -G 1 on 1, 4 and 8 ranks, and 2 ranks staged through the host
 # Starts the MPS control daemon when nvidia-cuda-mps-control exists (ranks sharing a GPU then run
-# their kernels concurrently) and stops it at the end. Writes gpu-run.log and gpu-results.json
+# their kernels concurrently; if a short kernel run then fails, it runs without) and stops it at
+# the end. Writes gpu-run.log and gpu-results.json
 # (every step's status, seconds and figures) into $OUT when set, else build-gpu/. Exit status 0
 # when every step passed.
 set -u
@@ -42,7 +43,9 @@ step() {
   fi
   echo "=== $name (limit ${limit}s): $*"
   local t0=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  # Through bash: timeout runs a program, and the build steps are this script's functions
+  # (exported below).
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" || rc=$?
   local status=ok
   [ $rc -ne 0 ] && status="failed rc=$rc"
   [ $rc -eq 124 ] && status="timed out"
@@ -104,6 +107,8 @@ configure() {
     -DCMAKE_PREFIX_PATH="$gtest_prefix;$deps" -DBoost_INCLUDE_DIR="$deps/include" \
     -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON
 }
+export root deps build gen jobs gtest_prefix nvcc_bin archs
+export -f build_gtest openssl_args configure
 targets="loom loom-perf loom-gpu-bench loom_gpu_kernel_tests loom_gpu_collective_tests loom_cuda_fallback_tests"
 mkdir -p "$build"
 step build_gtest 120 build_gtest &&
@@ -119,6 +124,17 @@ perf() {  # perf NAME NP [extra flags]: loom-perf on device buffers, JSON into $
   step "$name" 90 "$bin/loom-perf" -G 1 -np "$np" -b 16 -e 256M -f 4 -n 10 -w 3 -c 1 -T 80 \
     -J "$out/$name.json" "$@"
 }
+# A rank that fails must not leave the others' kernels waiting out the default 300 s; a test that
+# finds no device fails here instead of skipping.
+export LOOM_TIMEOUT_MS=30000 LOOM_GPU_REQUIRED=1
+# The MPS control daemon starts its server only when the first client connects; where that
+# server cannot run, every CUDA call fails. A short kernel run tells, before the steps rely on it.
+probe() { timeout 60 "$bin/loom-gpu-bench" $((1 << 20)) 1 > /dev/null; }
+if [ $built -eq 0 ] && [ $mps_started -eq 1 ] && ! probe; then
+  echo "=== CUDA did not start under MPS: stopping MPS, ranks sharing a GPU time-slice"
+  stop_mps
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
 if [ $built -eq 0 ]; then
   step gpu_bench 40 sh -c "'$bin/loom-gpu-bench' $((256 << 20)) 20 > '$out/gpu_bench.json'"
   cat "$out/gpu_bench.json" 2>/dev/null

@@ -102,9 +102,25 @@ Result<std::unique_ptr<IpcAllReduce>> IpcAllReduce::create(int rank, int nranks,
   return x;
 }
 
+Status IpcAllReduce::close(const AllGather& allGather) {
+  if (own_ == nullptr) return Status::ok();
+  (void)cudaDeviceSynchronize();
+  for (size_t r = 0; r < bases_.size(); ++r)
+    if (bases_[r] != nullptr && static_cast<int>(r) != rank_) {
+      (void)cudaIpcCloseMemHandle(bases_[r]);
+      bases_[r] = nullptr;
+    }
+  (void)cudaGetLastError();
+  const int closed = 1;
+  std::vector<int> all(static_cast<size_t>(nranks_));
+  Status s = allGather(&closed, all.data(), sizeof(int));
+  if (!s.isOk()) own_ = nullptr;  // a peer may still have it open: leave it allocated
+  return s;
+}
+
 IpcAllReduce::~IpcAllReduce() {
   // Kernels of this rank still running read and write these buffers: let them finish first.
-  if (own_ != nullptr) (void)cudaDeviceSynchronize();
+  if (own_ != nullptr || hostWords_ != nullptr) (void)cudaDeviceSynchronize();
   for (size_t r = 0; r < bases_.size(); ++r)
     if (bases_[r] != nullptr && static_cast<int>(r) != rank_)
       (void)cudaIpcCloseMemHandle(bases_[r]);

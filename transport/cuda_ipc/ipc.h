@@ -45,6 +45,13 @@ class IpcAllReduce {
   bool twoShot(size_t bytes) const;
   // Makes every waiting kernel of this rank return (error word: abort).
   void abort();
+  // The orderly end, on every rank together (as the communicator is destroyed): waits for this
+  // rank's kernels, closes the peers' buffers, and waits (allGather) until every rank has done
+  // so, since freeing memory another process still has open is undefined in CUDA. Where that
+  // wait fails, this rank's buffer is left allocated rather than freed under a peer.
+  Status close(const AllGather& allGather);
+  // On abort, where no such wait is possible: this rank's buffer is left allocated.
+  void abandonBuffer() { own_ = nullptr; }
   // kDeviceOk, or the error a kernel recorded (kDeviceTimeout, kDeviceAbort).
   int deviceError() const;
   int grid() const { return grid_; }
