@@ -486,5 +486,48 @@ TEST(GpuIpcFailure, KernelWaitTimesOutWhenAPeerNeverComes) {
   EXPECT_TRUE(r.allPassed()) << r.report();
 }
 
+// A first device all-reduce on a capturing stream would set up cuda_ipc inside the capture: it
+// is refused with loomInvalidUsage naming the stream, and a call after the capture still sets
+// cuda_ipc up and gives the right sum.
+TEST(GpuCapture, FirstDeviceAllReduceUnderCaptureIsRefused) {
+  LOOM_SKIP_WITHOUT_GPU();
+  LaunchResult r = launch(optionsFor(2, true), [](RankContext& ctx) -> int {
+    const size_t count = 4099;
+    float* buf = nullptr;
+    GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&buf), count * 4));
+    cudaStream_t st;
+    GPU_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const loomStream_t s = reinterpret_cast<loomStream_t>(st);
+    GPU_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    const loomResult_t rc = loomAllReduce(buf, buf, count, loomFloat32, loomSum, ctx.comm, s);
+    const std::string why = loomGetLastError(ctx.comm);
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(st, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    if (rc != loomInvalidUsage || why.find("stream") == std::string::npos ||
+        why.find("captur") == std::string::npos) {
+      std::fprintf(stderr, "rank %d: under capture: %s: %s\n", ctx.rank, loomGetErrorString(rc),
+                   why.c_str());
+      return 2;
+    }
+    std::vector<float> host(count, static_cast<float>(ctx.rank + 1)), got(count);
+    GPU_CHECK(cudaMemcpy(buf, host.data(), count * 4, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaDeviceSynchronize());
+    if (loomAllReduce(buf, buf, count, loomFloat32, loomSum, ctx.comm, s) != loomSuccess) return 3;
+    GPU_CHECK(cudaStreamSynchronize(st));
+    GPU_CHECK(cudaMemcpy(got.data(), buf, count * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i)
+      if (got[i] != 3.0f) {
+        std::fprintf(stderr, "rank %d: element %zu is %g, want 3\n", ctx.rank, i, got[i]);
+        return 4;
+      }
+    cudaStreamDestroy(st);
+    cudaFree(buf);
+    return 0;
+  });
+  EXPECT_TRUE(r.allPassed()) << r.report();
+}
+
 }  // namespace
 }  // namespace loomtest
