@@ -102,14 +102,18 @@ Result<std::unique_ptr<IpcAllReduce>> IpcAllReduce::create(int rank, int nranks,
   return x;
 }
 
-Status IpcAllReduce::close(const AllGather& allGather) {
-  if (own_ == nullptr) return Status::ok();
-  (void)cudaDeviceSynchronize();
+void IpcAllReduce::closePeers() {
   for (size_t r = 0; r < bases_.size(); ++r)
     if (bases_[r] != nullptr && static_cast<int>(r) != rank_) {
       (void)cudaIpcCloseMemHandle(bases_[r]);
       bases_[r] = nullptr;
     }
+}
+
+Status IpcAllReduce::close(const AllGather& allGather) {
+  if (own_ == nullptr) return Status::ok();
+  (void)cudaDeviceSynchronize();
+  closePeers();
   (void)cudaGetLastError();
   const int closed = 1;
   std::vector<int> all(static_cast<size_t>(nranks_));
@@ -121,9 +125,7 @@ Status IpcAllReduce::close(const AllGather& allGather) {
 IpcAllReduce::~IpcAllReduce() {
   // Kernels of this rank still running read and write these buffers: let them finish first.
   if (own_ != nullptr || hostWords_ != nullptr) (void)cudaDeviceSynchronize();
-  for (size_t r = 0; r < bases_.size(); ++r)
-    if (bases_[r] != nullptr && static_cast<int>(r) != rank_)
-      (void)cudaIpcCloseMemHandle(bases_[r]);
+  closePeers();
   if (own_ != nullptr) (void)cudaFree(own_);
   if (hostWords_ != nullptr) (void)cudaFreeHost(hostWords_);
   (void)cudaGetLastError();

@@ -58,6 +58,8 @@ class IpcAllReduce {
 
  private:
   IpcAllReduce() = default;
+  // Closes every peer's opened buffer (once).
+  void closePeers();
 
   int rank_ = 0, nranks_ = 1, grid_ = 1;
   size_t halfBytes_ = 0;
