@@ -24,6 +24,7 @@
 #include "bootstrap/bootstrap.h"
 #include "loom/loom.h"
 #include "trace/recorder.h"
+#include "transport/shm/shm_direct.h"
 #include "transport/transport.h"
 #include "util/status.h"
 
@@ -133,7 +134,14 @@ class Comm {
   // every rank is on this host.
   const transport::ShmLinks* shm() const { return shm_.get(); }
   bool hasDirect() const;
-  uint32_t nextDirectRound() { return ++directRound_; }
+  // The next direct round's number, and (directSlot()) which of the direct buffers it uses:
+  // they go round in turn. Every rank runs the same rounds, so all agree on both. (The
+  // slot is counted apart: 2^32 is no multiple of the number of buffers.)
+  uint32_t nextDirectRound() {
+    directSlot_ = (directSlot_ + 1) % transport::kShmDirectBuffers;
+    return ++directRound_;
+  }
+  uint32_t directSlot() const { return directSlot_; }
 
   // Polls of a wait before it yields: long when every local rank has a core
   // of its own, short when ranks outnumber cores (a spinning rank would only
@@ -238,6 +246,7 @@ class Comm {
   std::vector<transport::Connection*> netConns_;
   std::atomic<uint64_t> seq_{0};
   uint32_t directRound_ = 0;
+  uint32_t directSlot_ = 0;
   uint64_t spinCount_ = 0;
   uint64_t netSpinCount_ = 0;
   uint64_t yieldCount_ = 16;

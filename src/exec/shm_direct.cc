@@ -114,9 +114,6 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     }
     return Status::ok();
   };
-  // Buffer reuse needs no extra handshake: round g's buffer was last read in
-  // round g-2, and every peer has published its round g-1 input (this rank
-  // waited for it), which it does only after finishing round g-2.
   // Every rank's entry time, read once its first round's input is in: the
   // flight recorder learns who arrived last without an extra message.
   const int64_t enterNs = op.record != nullptr ? op.record->enterNs.get() : nowNs();
@@ -205,14 +202,49 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     else
       std::memcpy(dst, src, bytes);
   };
+  auto bufferOf = [&](int q, uint32_t slot) {
+    return shm.direct[static_cast<size_t>(q)].buffer(slot, shm.directBytes);
+  };
+
+  // Slices form: one wait per round. Round g's input is published, every peer's is waited
+  // for, and only then are round g-1's reduced slices gathered: a peer publishes round g's
+  // input after its round g-1 slice, so that wait covers both. The last round's gather
+  // waits for the slices themselves. Three buffers make this safe: round g fills the
+  // buffer of round g-3, whose slices every peer gathered before it published round g-1's
+  // input (this rank waited for that in round g-1); the inputs there were read earlier
+  // still. (With two, round g would fill round g-2's buffer, which a peer gathers only
+  // after it has seen round g's input.) The symmetric form has no gather: a peer is done
+  // with round g's buffers before it publishes round g+1's input.
+  struct Gather {
+    uint32_t g = 0, slot = 0;
+    size_t off = 0, len = 0;
+    bool due = false;
+  } pendingGather;
+  auto gather = [&](const Gather& r, bool wait) -> Status {
+    for (int k = stream ? 1 : 0; k < n; ++k) {
+      const int q = (me + k) % n;
+      size_t qo, ql;
+      algo::chunkRange(r.len, n, q, &qo, &ql);
+      if (q != me && wait) {
+        ShmDirectHeader* h = header(q);
+        if (!reached(h->reduced, r.g))
+          LOOM_CHECK(waiter.untilWord(q, &h->reduced, &h->sleepers,
+                                      [&] { return reached(h->reduced, r.g); },
+                                      [] { return std::string("direct all-reduce, gathering"); }));
+      }
+      toOutput(recv + (r.off + qo) * es, bufferOf(q, r.slot) + qo * es, ql * es);
+    }
+    return Status::ok();
+  };
 
   for (size_t off = 0; off < count; off += perRound) {
     const size_t len = std::min(perRound, count - off);
     const uint32_t g = comm.nextDirectRound();
-    char* myBuf = shm.direct[static_cast<size_t>(me)].buffer(g, shm.directBytes);
-    // An input in loomMemAlloc memory is read in place by the peers (slices only: there every
-    // rank has read all inputs before any publishes `reduced`, so none returns while a peer
-    // still reads its buffer; the symmetric form has no such point).
+    const uint32_t slot = comm.directSlot();
+    char* myBuf = bufferOf(me, slot);
+    // An input in loomMemAlloc memory is read in place by the peers (slices only: a rank
+    // returns only once every peer has published its last slice, which it does after reading
+    // every input; the symmetric form has no such point).
     const mem::Ref in = symmetric || scale ? mem::Ref{} : mem::lookup(send + off * es, len * es);
     // Slices form from kStreamBytes: this rank's own slice is reduced straight from its send
     // buffer, so only the peers' slices are copied in, with streaming stores: the lines go to
@@ -238,11 +270,11 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     mine->inputOffset[g & 1] = in.offset;
     mine->enterNs[g & 1] = enterNs;
     publish(mine->ready, mine, g);
-    for (int q = 0; q < n; ++q)
-      bufs[static_cast<size_t>(q)] = shm.direct[static_cast<size_t>(q)].buffer(g, shm.directBytes);
+    for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = bufferOf(q, slot);
     LOOM_CHECK(waitAll([&](int q) { return &header(q)->ready; }, g,
                        [] { return std::string("direct all-reduce, waiting for peers' input"); },
                        off == 0));
+    if (pendingGather.due) LOOM_CHECK(gather(pendingGather, false));
     // Each rank's input: its region's buffer, or its loomMemAlloc buffer mapped here. (The
     // symmetric form reads every region's buffer: no rank reads another's input in place, so
     // the peers' tokens, a cache line each, are not read.)
@@ -267,41 +299,30 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
 
     if (symmetric) {
       reduceAll(red, recv + off * es, bufs, 0, len);
-    } else {
-      for (size_t q = 0; q < slice.size(); ++q) slice[q] = inputs[q] + so * es;
-      if (stream) {
-        // My slice a tile at a time, into a scratch tile that stays in the L1 cache; each
-        // tile is streamed to my buffer (for the peers) and to the output, so the source
-        // reads and the stores interleave and my slice needs no copy out.
-        alignas(64) char tile[kTileBytes];
-        const size_t tileElems = kTileBytes / es;
-        for (size_t t = 0; t < sl; t += tileElems) {
-          const size_t tl = std::min(tileElems, sl - t);
-          for (size_t q = 0; q < slice.size(); ++q) inputs[q] = slice[q] + t * es;
-          reduceAll(red, tile, inputs, static_cast<size_t>(me), tl);
-          kernels::streamCopy(myBuf + (so + t) * es, tile, tl * es);
-          toOutput(recv + (off + so + t) * es, tile, tl * es);
-        }
-        kernels::streamFence();
-      } else {
-        reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
-      }
-      publish(mine->reduced, mine, g);
-      for (int k = stream ? 1 : 0; k < n; ++k) {
-        const int q = (me + k) % n;
-        size_t qo, ql;
-        algo::chunkRange(len, n, q, &qo, &ql);
-        if (q != me) {
-          ShmDirectHeader* h = header(q);
-          if (!reached(h->reduced, g))
-            LOOM_CHECK(waiter.untilWord(q, &h->reduced, &h->sleepers,
-                                        [&] { return reached(h->reduced, g); },
-                                        [] { return std::string("direct all-reduce, gathering"); }));
-        }
-        toOutput(recv + (off + qo) * es, bufs[static_cast<size_t>(q)] + qo * es, ql * es);
-      }
+      continue;
     }
+    for (size_t q = 0; q < slice.size(); ++q) slice[q] = inputs[q] + so * es;
+    if (stream) {
+      // My slice a tile at a time, into a scratch tile that stays in the L1 cache; each
+      // tile is streamed to my buffer (for the peers) and to the output, so the source
+      // reads and the stores interleave and my slice needs no copy out.
+      alignas(64) char tile[kTileBytes];
+      const size_t tileElems = kTileBytes / es;
+      for (size_t t = 0; t < sl; t += tileElems) {
+        const size_t tl = std::min(tileElems, sl - t);
+        for (size_t q = 0; q < slice.size(); ++q) inputs[q] = slice[q] + t * es;
+        reduceAll(red, tile, inputs, static_cast<size_t>(me), tl);
+        kernels::streamCopy(myBuf + (so + t) * es, tile, tl * es);
+        toOutput(recv + (off + so + t) * es, tile, tl * es);
+      }
+      kernels::streamFence();
+    } else {
+      reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
+    }
+    publish(mine->reduced, mine, g);
+    pendingGather = Gather{g, slot, off, len, true};
   }
+  if (pendingGather.due) LOOM_CHECK(gather(pendingGather, true));
   if (streamOutput) kernels::streamFence();
   return Status::ok();
 }

@@ -3,9 +3,9 @@
 // (src/exec/shm_direct.cc) instead of passing pieces through FIFOs.
 //
 // Each rank owns one region: a header of counters (each on its own cache
-// line; they double as futex words), low-latency lines, and two buffers
-// used alternately by successive rounds, so a rank can fill one while slower
-// peers still read the other.
+// line; they double as futex words), low-latency lines, and three buffers
+// used in turn by successive rounds, so a rank can fill one while slower
+// peers still read the other two (src/exec/shm_direct.cc says why three).
 #pragma once
 
 #include <atomic>
@@ -62,16 +62,19 @@ struct alignas(64) ShmDirectHeader {
 constexpr size_t kShmDirectHeaderBytes = 4096;
 static_assert(sizeof(ShmDirectHeader) <= kShmDirectHeaderBytes, "header too large");
 
+constexpr uint32_t kShmDirectBuffers = 3;
+
 inline size_t shmDirectRegionBytes(size_t bufferBytes) {
-  return kShmDirectHeaderBytes + 2 * bufferBytes;
+  return kShmDirectHeaderBytes + kShmDirectBuffers * bufferBytes;
 }
 
 // A view of one rank's region.
 struct ShmDirectRegion {
   char* base = nullptr;
   ShmDirectHeader* header() const { return reinterpret_cast<ShmDirectHeader*>(base); }
-  char* buffer(uint32_t round, size_t bufferBytes) const {
-    return base + kShmDirectHeaderBytes + (round & 1u) * bufferBytes;
+  // slot: 0 .. kShmDirectBuffers-1 (Comm::directSlot()).
+  char* buffer(uint32_t slot, size_t bufferBytes) const {
+    return base + kShmDirectHeaderBytes + slot * bufferBytes;
   }
 };
 
