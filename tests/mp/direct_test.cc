@@ -1,10 +1,12 @@
 // The direct all-reduce over many rounds of small direct buffers: runs of operations of
-// different sizes back to back (low-latency lines, the symmetric form, the slices form with
-// plain and with streaming stores; rounds that end mid-buffer; round counts that shift which
-// buffer the next operation starts in), in place and out of place, with more ranks than
-// cores and one rank at the lowest CPU priority, so that ranks are preempted mid-operation
-// and their peers run as far ahead as the protocol lets them. A buffer reused too early shows
-// as a wrong element: every result is checked against a sum computed here.
+// different sizes back to back (low-latency lines, the symmetric form, the slices form over
+// 1 to 18 rounds with plain stores, with streaming stores from 1 MiB and with the output
+// streamed too from 8 MiB; rounds that end mid-buffer; round counts that shift which buffer
+// the next operation starts in), in place and out of place, with more ranks than cores and
+// one rank at the lowest CPU priority, so that ranks are preempted mid-operation and their
+// peers run as far ahead as the protocol lets them. A buffer reused too early shows as a
+// wrong element: every result is checked against a sum computed here. (Inputs that peers
+// read in place from loomMemAlloc memory are tested the same way in mem_test.cc.)
 #include <sys/resource.h>
 
 #include <gtest/gtest.h>
@@ -22,28 +24,30 @@ namespace {
 
 constexpr size_t kDirectBytes = 65536;  // LOOM_DIRECT_BYTES for these runs
 constexpr size_t kRoundElems = kDirectBytes / sizeof(int32_t);
+constexpr size_t kSymMax = 16384;       // LOOM_DIRECT_SYM_MAX: larger rounds take slices
 
 int32_t inputOf(int rank, int op, size_t i) {
   return static_cast<int32_t>((rank + 1) * 7919 + op * 104729 + static_cast<int>(i % 65521));
 }
 
 int runSequence(RankContext& ctx) {
-  // Element counts: within one low-latency line, across several lines, the symmetric form,
-  // the slices form over 1, 2, 3, 4 and 18 rounds (the last from 1 MiB: streaming stores),
-  // rounds ending mid-buffer.
+  // Element counts: within one low-latency line, across several lines, the symmetric form
+  // (up to kSymMax), the slices form over 1, 2, 3, 4 and 18 rounds (the last from 1 MiB:
+  // streaming stores) and over 129 rounds (from 8 MiB: the output streams too).
   const std::vector<size_t> counts = {1,
                                       90,
-                                      5000,
+                                      2000,
                                       kRoundElems,
                                       kRoundElems * 2,
-                                      kRoundElems * 3 + 17,
+                                      kRoundElems * 2 + 17,
                                       kRoundElems * 4,
-                                      kRoundElems * 17 + 5000};
+                                      kRoundElems * 17 + 5000,
+                                      kRoundElems * 128 + 3};
   size_t maxCount = 0;
   for (size_t c : counts) maxCount = std::max(maxCount, c);
   std::vector<int32_t> send(maxCount), recv(maxCount);
   int op = 0;
-  for (int pass = 0; pass < 3; ++pass) {
+  for (int pass = 0; pass < 2; ++pass) {
     for (size_t count : counts) {
       for (int inPlace = 0; inPlace < 2; ++inPlace, ++op) {
         for (size_t i = 0; i < count; ++i) send[i] = inputOf(ctx.rank, op, i);
@@ -77,6 +81,7 @@ TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
   LaunchOptions opts;
   opts.nranks = GetParam();
   opts.env.push_back({"LOOM_DIRECT_BYTES", std::to_string(kDirectBytes)});
+  opts.env.push_back({"LOOM_DIRECT_SYM_MAX", std::to_string(kSymMax)});
   opts.env.push_back({"LOOM_ALGO", "allreduce:direct"});
   opts.beforeInit = [](RankContext& ctx) {
     if (ctx.rank == 1) setpriority(PRIO_PROCESS, 0, 19);
