@@ -2,7 +2,7 @@
 # compare.sh: Loom's all-reduce beside Open MPI and Gloo on this host, in one run.
 #
 # usage: bench/peers/compare.sh [-q] [-o results.md] [-r reps] [-c shm2,shm4,shm8,tcp2,tcp4]
-#                               [-b minbytes] [-e maxbytes] [-f factor] [-T timeout_s]
+#                               [-b minbytes] [-e maxbytes] [-f factor] [-t budget_s] [-T timeout_s]
 #                               [-W wait_s] [-N nice] [-l logdir] [BUILD_DIR (default ./build)]
 #
 # It builds nothing. Build first, in BUILD_DIR:
@@ -27,9 +27,15 @@
 # of them rotating from size to size), so that load from other work on the machine falls on all
 # of them alike; -r repeats the whole sweep and keeps each one's best time. Iterations per size:
 # 4 GiB / size, clamped to 5..20000 (warm-up 5; Gloo at most 1000), so that a small size's
-# average spans tens of milliseconds and one descheduling does not decide it. -q (quick): 8 B to
-# 64 MiB by factor 32 (8 B, 256 B, 8 KiB, 256 KiB, 8 MiB, 64 MiB), 512 MiB / size clamped to
-# 3..2000 iterations, warm-up 2.
+# average spans tens of milliseconds and one descheduling does not decide it. A time budget
+# (-t, default 2 s) bounds the timed iterations of each pass: a library's time per call is
+# estimated from its last run in this configuration (this size in an earlier rep, else the
+# previous size scaled by the size ratio), and the count is cut to budget / estimate, never
+# below the minimum; where even the minimum overruns the budget, the warm-up is one call. It
+# keeps the slow runs (a peer taking seconds per call at 256 MiB, Gloo taking milliseconds per
+# small call with 8 ranks) from taking most of the run's time. -t 0 turns it off. -q (quick):
+# 8 B to 64 MiB by factor 32 (8 B, 256 B, 8 KiB, 256 KiB, 8 MiB, 64 MiB), 512 MiB / size
+# clamped to 3..2000 iterations, warm-up 2.
 #
 # Output: one merged table per configuration with each library's out-of-place time (us) and
 # busbw (GB/s), the busbw ratios loom/ompi and loom/gloo (above 1: Loom is faster) and, up to
@@ -73,8 +79,8 @@ human() {  # 67108864 -> "64 MiB"
 }
 
 quick=0 out="" reps=1 configs="shm2,shm4,tcp2" minb="" maxb="" factor="" timeout_s=900 logdir=""
-wait_s=0 nice_level=""
-while getopts "qo:r:c:b:e:f:T:W:N:l:h" opt; do
+wait_s=0 nice_level="" budget_s=2
+while getopts "qo:r:c:b:e:f:t:T:W:N:l:h" opt; do
   case $opt in
     q) quick=1 ;;
     o) out=$OPTARG ;;
@@ -83,6 +89,7 @@ while getopts "qo:r:c:b:e:f:T:W:N:l:h" opt; do
     b) minb=$(bytes "$OPTARG") || exit 2 ;;
     e) maxb=$(bytes "$OPTARG") || exit 2 ;;
     f) factor=$OPTARG ;;
+    t) budget_s=$OPTARG ;;
     T) timeout_s=$OPTARG ;;
     W) wait_s=$OPTARG ;;
     N) nice_level=$OPTARG ;;
@@ -93,7 +100,8 @@ done
 shift $((OPTIND - 1))
 (($# <= 1)) || usage
 build=${1:-./build}
-[[ $reps =~ ^[1-9][0-9]*$ && $timeout_s =~ ^[1-9][0-9]*$ && $wait_s =~ ^[0-9]+$ ]] || usage
+[[ $reps =~ ^[1-9][0-9]*$ && $timeout_s =~ ^[1-9][0-9]*$ && $wait_s =~ ^[0-9]+$ &&
+   $budget_s =~ ^[0-9]+([.][0-9]+)?$ ]] || usage
 [[ -z $nice_level || $nice_level =~ ^-?[0-9]+$ ]] || usage
 NICE=()
 [[ -n $nice_level ]] && NICE=(nice -n "$nice_level")
@@ -169,6 +177,29 @@ iters_for() {  # size -> iterations
   echo "$n"
 }
 
+declare -A LAST  # [cfg,peer] = "size time_us" of that library's last run in this configuration
+
+# budget_iters CFG PEER SIZE N: N cut to the time budget; prints "iterations warm-up".
+budget_iters() {
+  local cfg=$1 peer=$2 size=$3 n=$4 prev=${RES[$1,$2,$3]:-} last=${LAST[$1,$2]:-}
+  local est=""
+  if [[ -n $prev ]]; then
+    est=${prev%% *}
+  elif [[ -n $last ]]; then
+    est=$(awk -v s="$size" -v l="$last" 'BEGIN { split(l, a, " "); print a[2] * s / a[1] }')
+  fi
+  if [[ -z $est || $budget_s == 0 ]]; then
+    echo "$n $((warm < n ? warm : n))"
+    return
+  fi
+  awk -v n="$n" -v est="$est" -v b="$budget_s" -v nmin="$nmin" -v warm="$warm" 'BEGIN {
+    cap = int(b * 1e6 / (est > 0 ? est : 1e-3)); w = warm
+    if (cap < n) n = cap
+    if (n < nmin) { n = nmin; if (nmin * est > b * 1e6) w = 1 }
+    if (w > n) w = n
+    print n, w }'
+}
+
 idle_pct() {  # the CPUs' idle share over 0.25 s, in percent
   local -a a b
   read -r -a a </proc/stat
@@ -198,7 +229,7 @@ run() {
   n=$(iters_for "$size")
   # Gloo takes 0.2-20 ms per small all-reduce: its count stays bounded.
   [[ $peer == gloo ]] && ((n > gloo_nmax)) && n=$gloo_nmax
-  w=$((warm < n ? warm : n))
+  read -r n w < <(budget_iters "$cfg" "$peer" "$size" "$n")
   local args=(-b "$size" -e "$size" -n "$n" -w "$w" -d float -o sum)
   case $peer in
     loom | loomR)
@@ -276,6 +307,7 @@ for ((rep = 1; rep <= reps; ++rep)); do
           continue
         fi
         read -r t b wr <<<"$r"
+        LAST[$cfg,$peer]="$size $t"
         [[ ${WRONG[$cfg,$peer]:-0} == fail ]] || WRONG[$cfg,$peer]=$((${WRONG[$cfg,$peer]:-0} + wr))
         old=${RES[$cfg,$peer,$size]:-}
         if [[ -z $old ]] || awk -v a="$t" -v b="${old%% *}" 'BEGIN { exit !(a < b) }'; then
