@@ -71,6 +71,15 @@ class Connection {
 
   // Receive side. The next posted slot and its size, or nullptr if none yet.
   virtual const void* tryRecvSlot(size_t* bytes) = 0;
+  // Receiving straight into the caller's memory, where the transport copies anyway (TCP: the
+  // socket's bytes go to `dst` rather than to a slot). Asks that the next slot tryRecvSlot()
+  // would return, when it holds `bytes` bytes, be written at `dst`, as far as it has not
+  // arrived yet; its tryRecvSlot() then returns dst. Call it just before waiting for that
+  // slot, with `dst` free to be written from then on. Returns false when the transport does
+  // not (or that slot is already complete): the slot is received as usual. Until the slot is
+  // released, dst must stay valid; cancelRecvInto() puts what arrived back into the slot.
+  virtual bool recvInto(void* dst, size_t bytes) { return false; }
+  virtual void cancelRecvInto() {}
   // The stamp of the slot tryRecvSlot() returned (seq 0 when none).
   virtual Stamp recvStamp() const = 0;
   // Returns the slot from tryRecvSlot() to the sender.

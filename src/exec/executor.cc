@@ -130,10 +130,25 @@ std::string stepText(const Step& st, size_t i, size_t n, size_t piece, size_t pi
          std::to_string(pieces);
 }
 
+// Whether a pending send on any socket still reads bytes in [data, data + bytes).
+bool sendsOverlap(Comm& comm, const char* data, size_t bytes) {
+  for (transport::Connection* c : comm.netConns())
+    if (c->sendOverlaps(data, bytes)) return true;
+  return false;
+}
+
 }  // namespace
 
 Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
   Waiter waiter(comm, op);
+  // A receive landing in the caller's memory (recvInto) that an error leaves unfinished: its
+  // bytes go back to the slot, and the connection forgets the caller's memory.
+  struct Landing {
+    transport::Connection* conn = nullptr;
+    ~Landing() {
+      if (conn != nullptr) conn->cancelRecvInto();
+    }
+  } landing;
   ArrivalNews newsStore;
   ArrivalNews* news = nullptr;
   if (op.record != nullptr) {
@@ -165,8 +180,15 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
         const size_t bytes = len * op.elemSize;
         const void* in = nullptr;
         transport::Connection* rc = nullptr;
+        const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
+        char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
         if (algo::stepRecvs(st.op)) {
           rc = comm.conn(st.recvPeer);
+          // Bytes copied to dst unchanged: a transport that copies anyway (TCP) may put them
+          // there itself, if no pending send still reads that range.
+          if ((st.op == StepOp::Recv || st.op == StepOp::RecvCopySend) &&
+              !sendsOverlap(comm, dst, bytes) && rc->recvInto(dst, bytes))
+            landing.conn = rc;
           size_t got = 0;
           LOOM_CHECK(waiter.until(rc, false, [&] { return (in = rc->tryRecvSlot(&got)) != nullptr; },
                                   [&] { return "receiving, " + stepText(st, i, steps.size(), p, pieces[i]); }));
@@ -193,8 +215,6 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
         // result this step writes to dst), a transport that copies regardless (TCP) sends
         // them from there rather than from a slot.
         bool fromUser = false;
-        const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
-        char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
         if (algo::stepSends(st.op)) {
           sc = comm.conn(st.sendPeer);
           fromUser = ((st.op == StepOp::Send && !transforms(red, st.flags)) ||
@@ -218,7 +238,7 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
               std::memcpy(out, src, bytes);
             break;
           case StepOp::Recv:
-            std::memcpy(dst, in, bytes);
+            if (in != dst) std::memcpy(dst, in, bytes);
             break;
           case StepOp::RecvReduceSend:
             kernels::reduce(red, out, in, src, len, st.flags);
@@ -231,7 +251,7 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
             if (!fromUser) std::memcpy(out, dst, bytes);
             break;
           case StepOp::RecvCopySend:
-            std::memcpy(dst, in, bytes);
+            if (in != dst) std::memcpy(dst, in, bytes);
             if (!fromUser) std::memcpy(out, in, bytes);
             break;
           case StepOp::Copy:
@@ -249,6 +269,7 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
             sc->postSend(bytes);
         }
         if (rc != nullptr) rc->releaseRecv();
+        landing.conn = nullptr;
       }
     }
   }

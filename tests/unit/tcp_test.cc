@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -139,6 +140,120 @@ TEST(TcpFrames, APeerClosingInsideALargeFrameIsSeenAtOnce) {
   loom::Status s = conn->progress();
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("rank 3 closed its TCP connection"), std::string::npos) << s.message();
+}
+
+// Reads until a frame is complete (or 20 s pass); returns its bytes' address.
+const void* readFrame(TcpConnection& conn, size_t* bytes) {
+  const void* got = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (got == nullptr && secondsSince(t0) < 20) {
+    EXPECT_TRUE(conn.progress().isOk());
+    got = conn.tryRecvSlot(bytes);
+    if (got == nullptr) conn.wait(false, 100'000);
+  }
+  return got;
+}
+
+// Reads for a while, so that what has arrived of a frame is taken from the socket.
+void readAWhile(TcpConnection& conn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (secondsSince(t0) < 0.2) {
+    ASSERT_TRUE(conn.progress().isOk());
+    conn.wait(false, 20'000);
+  }
+}
+
+// recvInto: a frame half read into its slot is finished in the caller's memory, the half that
+// came first copied over; tryRecvSlot() then gives the caller's memory. The next frame, not
+// asked for, lands in its slot again.
+TEST(TcpFrames, RecvIntoFinishesAFrameInTheCallersMemory) {
+  Pair p;
+  auto conn = std::make_unique<TcpConnection>(1, p.reader, kSlot, 2);
+  const uint32_t size = 200 << 10;
+  const std::vector<char> f = frame(size, 5), g = frame(size, 6);
+  writeAll(p.writer, f.data(), kHeader + 70000);
+  readAWhile(*conn);
+  size_t bytes = 0;
+  ASSERT_EQ(conn->tryRecvSlot(&bytes), nullptr);
+  std::vector<char> dst(size, 0);
+  ASSERT_TRUE(conn->recvInto(dst.data(), size));
+  writeAll(p.writer, f.data() + kHeader + 70000, size - 70000);
+  writeAll(p.writer, g.data(), g.size());
+  const void* got = readFrame(*conn, &bytes);
+  ASSERT_EQ(got, dst.data()) << "the frame did not land in the caller's memory";
+  ASSERT_EQ(bytes, size);
+  EXPECT_EQ(std::memcmp(dst.data(), f.data() + kHeader, size), 0);
+  EXPECT_EQ(conn->recvStamp().seq, 5u);
+  conn->releaseRecv();
+  got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(got, dst.data());
+  EXPECT_EQ(std::memcmp(got, g.data() + kHeader, size), 0);
+  conn->releaseRecv();
+  close(p.writer);
+}
+
+// recvInto declines a frame that is already complete and one whose header says another size;
+// a request made before the header arrives, for another size, leaves the frame in its slot.
+TEST(TcpFrames, RecvIntoLeavesFramesOfOtherSizesInTheirSlots) {
+  Pair p;
+  auto conn = std::make_unique<TcpConnection>(1, p.reader, kSlot, 2);
+  std::vector<char> dst(kSlot, 0);
+  const std::vector<char> a = frame(1000, 1), b = frame(100000, 2), c = frame(50000, 3);
+  ASSERT_TRUE(conn->recvInto(dst.data(), 2000));  // nothing arrived yet: taken, for 2000 bytes
+  writeAll(p.writer, a.data(), a.size());
+  size_t bytes = 0;
+  const void* got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(got, dst.data());
+  EXPECT_EQ(bytes, 1000u);
+  EXPECT_EQ(std::memcmp(got, a.data() + kHeader, 1000), 0);
+  conn->releaseRecv();
+  writeAll(p.writer, b.data(), kHeader + 10);
+  readAWhile(*conn);
+  EXPECT_FALSE(conn->recvInto(dst.data(), 99999)) << "the header says 100000 bytes";
+  writeAll(p.writer, b.data() + kHeader + 10, 100000 - 10);
+  got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(got, dst.data());
+  EXPECT_EQ(std::memcmp(got, b.data() + kHeader, 100000), 0);
+  conn->releaseRecv();
+  writeAll(p.writer, c.data(), c.size());
+  got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_FALSE(conn->recvInto(dst.data(), 50000)) << "the frame is complete in its slot";
+  EXPECT_EQ(std::memcmp(got, c.data() + kHeader, 50000), 0);
+  conn->releaseRecv();
+  close(p.writer);
+}
+
+// cancelRecvInto (an operation failing while a frame lands in the caller's memory): what
+// arrived goes back into the slot, the rest follows it there, and the caller's memory is not
+// written again.
+TEST(TcpFrames, CancelRecvIntoPutsTheFrameBackInItsSlot) {
+  Pair p;
+  auto conn = std::make_unique<TcpConnection>(1, p.reader, kSlot, 2);
+  const uint32_t size = 200 << 10;
+  const std::vector<char> f = frame(size, 9);
+  std::vector<char> dst(size, 0);
+  ASSERT_TRUE(conn->recvInto(dst.data(), size));
+  writeAll(p.writer, f.data(), kHeader + 90000);
+  readAWhile(*conn);
+  EXPECT_EQ(std::memcmp(dst.data(), f.data() + kHeader, 90000), 0)
+      << "the first part did not land in the caller's memory";
+  conn->cancelRecvInto();
+  std::fill(dst.begin(), dst.end(), 0);
+  writeAll(p.writer, f.data() + kHeader + 90000, size - 90000);
+  size_t bytes = 0;
+  const void* got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(got, dst.data());
+  ASSERT_EQ(bytes, size);
+  EXPECT_EQ(std::memcmp(got, f.data() + kHeader, size), 0);
+  EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), static_cast<long>(size))
+      << "the caller's memory was written after the cancel";
+  conn->releaseRecv();
+  close(p.writer);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ TcpConnection::TcpConnection(int peer, int fd, size_t slotBytes, size_t depth)
       sendStamps_(depth),
       recvStamps_(depth),
       sendFrom_(depth, nullptr),
+      recvAt_(depth, nullptr),
       stage_(kStageBytes) {}
 
 TcpConnection::~TcpConnection() {
@@ -82,10 +83,41 @@ bool TcpConnection::sendOverlaps(const void* data, size_t bytes) const {
 const void* TcpConnection::tryRecvSlot(size_t* bytes) {
   if (filled_ == consumed_) return nullptr;
   *bytes = recvSizes_[consumed_ % depth_];
-  return recvSlotPtr(consumed_);
+  char* at = recvAt_[consumed_ % depth_];
+  return at != nullptr ? at : recvSlotPtr(consumed_);
 }
 
-void TcpConnection::releaseRecv() { ++consumed_; }
+void TcpConnection::releaseRecv() {
+  recvAt_[consumed_ % depth_] = nullptr;
+  ++consumed_;
+}
+
+bool TcpConnection::recvInto(void* dst, size_t bytes) {
+  // Only the frame being read (or not begun): one already complete sits in its slot.
+  if (!error_.isOk() || eof_ || filled_ != consumed_ || bytes == 0 || bytes > slotBytes_)
+    return false;
+  if (recvBytes_ >= kHeader) {
+    if (reinterpret_cast<const FrameHeader*>(recvHeader_)->size != bytes) return false;
+    std::memcpy(dst, recvSlotPtr(filled_), recvBytes_ - kHeader);  // what arrived so far
+  }
+  into_ = static_cast<char*>(dst);
+  intoBytes_ = bytes;
+  return true;
+}
+
+void TcpConnection::cancelRecvInto() {
+  // The frame being read, part of it in the caller's memory: that part back into its slot.
+  if (into_ != nullptr && recvBytes_ > kHeader &&
+      reinterpret_cast<const FrameHeader*>(recvHeader_)->size == intoBytes_)
+    std::memcpy(recvSlotPtr(filled_), into_, recvBytes_ - kHeader);
+  into_ = nullptr;
+  // Complete frames not released: their bytes back into their slots.
+  for (uint64_t i = consumed_; i != filled_; ++i) {
+    char*& at = recvAt_[i % depth_];
+    if (at != nullptr) std::memcpy(recvSlotPtr(i), at, recvSizes_[i % depth_]);
+    at = nullptr;
+  }
+}
 
 std::string TcpConnection::closedText() const {
   std::string msg = "rank " + std::to_string(peer_) + " closed its TCP connection";
@@ -165,7 +197,7 @@ Status TcpConnection::progress() {
       if (got == size) {
         r = 0;  // empty frame complete; handled below
       } else {
-        r = readSome(recvSlotPtr(filled_) + got, size - got);
+        r = readSome(bodyDst(size) + got, size - got);
         if (r == 0) return fail("recv, in the middle of a message", 0);
       }
     }
@@ -188,6 +220,8 @@ Status TcpConnection::progress() {
     if (recvBytes_ >= kHeader && recvBytes_ == kHeader + h->size) {
       recvSizes_[filled_ % depth_] = h->size;
       recvStamps_[filled_ % depth_] = h->stamp;
+      recvAt_[filled_ % depth_] = bodyDst(h->size) == into_ ? into_ : nullptr;
+      into_ = nullptr;
       ++filled_;
       recvBytes_ = 0;
     }

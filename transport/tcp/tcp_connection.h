@@ -38,6 +38,8 @@ class TcpConnection final : public Connection {
   bool postSendFrom(const void* data, size_t bytes) override;
   bool sendOverlaps(const void* data, size_t bytes) const override;
   const void* tryRecvSlot(size_t* bytes) override;
+  bool recvInto(void* dst, size_t bytes) override;
+  void cancelRecvInto() override;
   Stamp recvStamp() const override { return recvStamps_[consumed_ % depth_]; }
   void releaseRecv() override;
   Status progress() override;
@@ -71,6 +73,10 @@ class TcpConnection final : public Connection {
   void setLowat(size_t bytes);
   char* sendSlotPtr(uint64_t i) { return sendBuf_.data() + (i % depth_) * slotBytes_; }
   char* recvSlotPtr(uint64_t i) { return recvBuf_.data() + (i % depth_) * slotBytes_; }
+  // Where frame filled_'s body of `size` bytes goes: the caller's memory (recvInto), else its slot.
+  char* bodyDst(uint32_t size) {
+    return into_ != nullptr && size == intoBytes_ ? into_ : recvSlotPtr(filled_);
+  }
 
   int peer_;
   int fd_;
@@ -81,6 +87,9 @@ class TcpConnection final : public Connection {
   std::vector<uint32_t> sendSizes_, recvSizes_;
   std::vector<Stamp> sendStamps_, recvStamps_;
   std::vector<const char*> sendFrom_;  // per send slot: the caller's bytes, or null (the slot)
+  std::vector<char*> recvAt_;          // per receive slot: the caller's memory it landed in, or null
+  char* into_ = nullptr;               // recvInto(): frame filled_ (== consumed_) goes here
+  size_t intoBytes_ = 0;               // ... when it holds this many bytes
   Stamp next_;  // for the next slot posted
   uint64_t posted_ = 0, sent_ = 0;        // send FIFO: posted, fully written
   size_t sentBytes_ = 0;                  // of frame sent_ (header included)
