@@ -398,7 +398,7 @@ for cfg in "${cfgs[@]}"; do
   frac="no $(human $ref_size) row"
   if [[ -n $ref && $memcpy_best != 0 ]]; then
     frac=$(awk -v b="${ref#* }" -v m="$memcpy_best" 'BEGIN { split(b, a, " ")
-      printf "Loom busbw at 64 MiB: %.2f GB/s = %.0f%% of one core'"'"'s memcpy (%.2f GB/s)", a[1], 100 * a[1] / m, m }')
+      printf "Loom busbw at 64 MiB: %.2f GB/s = %.1f%% of one core'"'"'s memcpy (%.2f GB/s)", a[1], 100 * a[1] / m, m }')
   fi
   echo "# $wrong; $frac"
   md ""
