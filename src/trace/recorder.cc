@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -87,6 +88,14 @@ OpRecord* FlightRecorder::start(OpRecord* queued, uint64_t seq, const char* coll
   return begin(seq, coll, count, dtype, op, root);
 }
 
+// The ring's records are last touched capacity operations ago and have left the caches by
+// then: each operation fetches the next one's lines ahead, so that small operations do not
+// wait on them (about 0.1 us an operation on 2 ranks at 8 B with the 2,000-record default).
+void FlightRecorder::prefetchRecord(uint64_t index) const {
+  const char* p = reinterpret_cast<const char*>(&ring_[index % ring_.size()]);
+  for (size_t off = 0; off < offsetof(OpRecord, error); off += 64) __builtin_prefetch(p + off, 1, 3);
+}
+
 OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int dtype, int op,
                                int root, OpState state) {
   if (ring_.empty()) return nullptr;
@@ -95,7 +104,9 @@ OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int
     std::this_thread::sleep_for(std::chrono::microseconds(inject.us));
   std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
   if (state == OpState::Enqueued) lock.lock();  // against start() on the worker
-  OpRecord& r = ring_[next_.fetch_add(1, std::memory_order_relaxed) % ring_.size()];
+  const uint64_t index = next_.fetch_add(1, std::memory_order_relaxed);
+  OpRecord& r = ring_[index % ring_.size()];
+  prefetchRecord(index + 1);
   // Reset field by field (the error text is read only in state Failed), seq last: a dump
   // running meanwhile sees seq 0 or a changed seq and skips the record.
   r.seq = 0;

@@ -109,6 +109,7 @@ class FlightRecorder {
  private:
   OpRecord* make(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root,
                  OpState state);
+  void prefetchRecord(uint64_t index) const;
 
  public:
   // Adds one wait of `ns` on `peer` to the current record.
