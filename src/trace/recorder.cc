@@ -94,7 +94,8 @@ OpRecord* FlightRecorder::start(OpRecord* queued, uint64_t seq, const char* coll
 // 16-record ring; docs/PERFORMANCE.md, stop 23).
 void FlightRecorder::prefetchRecord(uint64_t index) const {
   const char* p = reinterpret_cast<const char*>(&ring_[index % ring_.size()]);
-  for (size_t off = 0; off < offsetof(OpRecord, error); off += 64) __builtin_prefetch(p + off, 1, 3);
+  for (size_t off = 0; off < offsetof(OpRecord, error); off += 64)
+    __builtin_prefetch(p + off, 1, 3);
 }
 
 OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int dtype, int op,
