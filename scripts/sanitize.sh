@@ -13,7 +13,8 @@
 # --whole: every GoogleTest test of the three programs (the full sweeps included) but the
 # BindAddress tests, which fork from a process with a running thread (neither sanitizer's
 # runtime supports that): about 11 min under ASan+UBSan and 19 min under TSan on 2 cores.
-# LOOM_SANITIZE_JOBS: build parallelism (default nproc).
+# LOOM_SANITIZE_JOBS: build parallelism (default nproc); LOOM_TEST_JOBS: tests at once (default
+# nproc).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 kind="${1:-address,undefined}"
@@ -59,7 +60,8 @@ elif [ $# -eq 0 ]; then
   fi
 fi
 status=0
-(cd "$dir" && ctest --output-on-failure --timeout 900 "$@") || status=$?
+(cd "$dir" && ctest --output-on-failure --timeout 900 -j "${LOOM_TEST_JOBS:-$(nproc)}" "$@") ||
+  status=$?
 end=$(date +%s)
 echo "sanitize.sh ($kind): build $((built - start)) s, tests $((end - built)) s, exit $status"
 exit $status
