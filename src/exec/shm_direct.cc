@@ -170,6 +170,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     LOOM_CHECK(waitAll([&](int q) { return &header(q)->ll[g & 1].round; }, g,
                        [] { return std::string("low-latency all-reduce"); }, true));
     noteArrivals([&](int q) { return header(q)->ll[g & 1].enterNs; });
+    // Every peer has published round g, so each is done reading this rank's lines of round g - 1:
+    // they are round g + 1's, taken for writing now, off the next call's critical path.
+    prefetchForWrite(&mine->ll[(g + 1) & 1]);
+    for (size_t i = 0; i < moreLines; ++i) prefetchForWrite(&mine->llMore[(g + 1) & 1][i]);
     if (moreLines == 0) {
       for (int q = 0; q < n; ++q) bufs[static_cast<size_t>(q)] = header(q)->ll[g & 1].data;
     } else {
