@@ -12,7 +12,8 @@
 # multi-thread tests (InitAll, abort from another thread, non-blocking communicators, shrink).
 # --whole: every GoogleTest test of the three programs (the full sweeps included) but the
 # BindAddress tests, which fork from a process with a running thread (neither sanitizer's
-# runtime supports that): about 11 min under ASan+UBSan and 19 min under TSan on 2 cores.
+# runtime supports that): about 11 min under ASan+UBSan and 19 min under TSan on 2 cores, one test
+# at a time (LOOM_TEST_JOBS=1).
 # LOOM_SANITIZE_JOBS: build parallelism (default nproc); LOOM_TEST_JOBS: tests at once (default
 # nproc).
 set -euo pipefail
