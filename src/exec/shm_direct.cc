@@ -37,11 +37,28 @@ void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>&
 
 }  // namespace
 
-// The slices form streams its copies from kStreamBytes (its reduction then goes through a
-// tile in L1 of kTileBytes), and its output from kStreamOutputBytes (with a tile of
+// The slices form streams its copies from streamBytes() (its reduction then goes through a
+// tile in L1 of kTileBytes), and its output from kStreamOutputBytes too (with a tile of
 // kStreamOutputTileBytes). Tiles of 16 KiB against 4 KiB, alternating runs: 2 ranks 17-22%
 // and 4 ranks on 2 cores 8-14% faster from 1 to 4 MiB, but 2 ranks 7-14% slower at 64 MiB.
-constexpr size_t kStreamBytes = size_t{1} << 20;
+//
+// streamBytes(): LOOM_DIRECT_STREAM_BYTES, else by CPU. On an AMD EPYC guest a line another
+// core had just written was slower to read than memory, and streaming from 1 MiB made 2 to 32
+// MiB 25-60% faster; on an Intel Xeon guest whose two cores share the last-level cache,
+// streaming lost 15-20% at 2 and 8 MiB (2 ranks and 4) and gained 5% from 64 MiB
+// (docs/PERFORMANCE.md, stops 18 and 24).
+static size_t streamBytes() {
+  static const size_t bytes = [] {
+    const int64_t set = env::directStreamBytes();
+    if (set > 0) return static_cast<size_t>(set);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd")) return size_t{1} << 20;
+#endif
+    return size_t{64} << 20;
+  }();
+  return bytes;
+}
 constexpr size_t kTileBytes = 16384;
 constexpr size_t kStreamOutputBytes = size_t{8} << 20;
 constexpr size_t kStreamOutputTileBytes = 4096;
@@ -199,9 +216,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     return Status::ok();
   }
 
-  // Streaming stores (slices form) from kStreamBytes, and to the output from
-  // kStreamOutputBytes, where it is larger than the caches would keep.
-  const bool stream = !symmetric && count * es >= kStreamBytes;
+  // Streaming stores (slices form) from streamBytes(), and to the output from
+  // kStreamOutputBytes too, where it is larger than the caches would keep.
+  const bool stream = !symmetric && count * es >= streamBytes();
   const bool streamOutput = stream && count * es >= kStreamOutputBytes;
   auto toOutput = [streamOutput](char* dst, const char* src, size_t bytes) {
     if (streamOutput)
@@ -253,7 +270,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     // returns only once every peer has published its last slice, which it does after reading
     // every input; the symmetric form has no such point).
     const mem::Ref in = symmetric || scale ? mem::Ref{} : mem::lookup(send + off * es, len * es);
-    // Slices form from kStreamBytes: this rank's own slice is reduced straight from its send
+    // Slices form from streamBytes(): this rank's own slice is reduced straight from its send
     // buffer, so only the peers' slices are copied in, with streaming stores: the lines go to
     // memory rather than to this core's cache, and the peers read them from there faster than
     // from another core's cache (docs/PERFORMANCE.md). Below that, everything is copied in

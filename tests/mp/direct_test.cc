@@ -82,6 +82,8 @@ TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
   opts.nranks = GetParam();
   opts.env.push_back({"LOOM_DIRECT_BYTES", std::to_string(kDirectBytes)});
   opts.env.push_back({"LOOM_DIRECT_SYM_MAX", std::to_string(kSymMax)});
+  // Streaming from 1 MiB whatever the CPU (its default is 64 MiB on all but AMD's).
+  opts.env.push_back({"LOOM_DIRECT_STREAM_BYTES", std::to_string(1 << 20)});
   opts.env.push_back({"LOOM_ALGO", "allreduce:direct"});
   opts.beforeInit = [](RankContext& ctx) {
     if (ctx.rank == 1) setpriority(PRIO_PROCESS, 0, 19);

@@ -71,7 +71,8 @@ int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp
 
 // Every rank but `plainRank` passes loomMemAlloc buffers; the count spans several rounds of the
 // direct buffers (LOOM_DIRECT_BYTES = 64 KiB) and ends mid-round. Below 1 MiB the direct
-// all-reduce copies with plain stores; from 1 MiB it streams (both are run).
+// all-reduce copies with plain stores; from 1 MiB it streams (LOOM_DIRECT_STREAM_BYTES set so
+// whatever the CPU; both are run).
 int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp_t op) {
   for (size_t count : {size_t{16384} * 3 + 5000, size_t{16384} * 17 + 5000}) {
     const int rc = allReduceOnMemAlloc(ctx, plainRank, inPlace, op, count);
@@ -94,6 +95,7 @@ TEST_P(MemAllocTest, DirectAllReduceReadsInputsInPlace) {
   LaunchOptions opts;
   opts.nranks = c.nranks;
   opts.env.push_back({"LOOM_DIRECT_BYTES", "65536"});
+  opts.env.push_back({"LOOM_DIRECT_STREAM_BYTES", "1048576"});
   LaunchResult res = launch(opts, [&](RankContext& ctx) {
     return allReduceOnMemAlloc(ctx, c.plainRank, c.inPlace, c.op);
   });
