@@ -59,6 +59,11 @@ static size_t streamBytes() {
   }();
   return bytes;
 }
+// A round with plain stores leaves the input, the output and every rank's buffers of the
+// last rounds in the caches; on the Intel Xeon guest (2 MiB of L2 a core), 256 KiB rounds
+// against the 1 MiB buffers whole: 2 ranks 10-12% faster at 2 and 8 MiB (docs/PERFORMANCE.md,
+// stop 24). Streamed rounds go through memory and take the whole buffer.
+constexpr size_t kCachedRoundBytes = size_t{256} << 10;
 constexpr size_t kTileBytes = 16384;
 constexpr size_t kStreamOutputBytes = size_t{8} << 20;
 constexpr size_t kStreamOutputTileBytes = 4096;
@@ -88,7 +93,6 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   const int n = comm.nranks();
   const int me = comm.rank();
   const size_t es = op.elemSize;
-  const size_t perRound = shm.directBytes / es;
   const kernels::Reducer& red = op.reducer;
   const bool scale = red.hasScale;
   Waiter waiter(comm, op);
@@ -220,6 +224,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   // kStreamOutputBytes too, where it is larger than the caches would keep.
   const bool stream = !symmetric && count * es >= streamBytes();
   const bool streamOutput = stream && count * es >= kStreamOutputBytes;
+  // Rounds that stay in the caches take at most kCachedRoundBytes of each direct buffer.
+  const size_t perRound =
+      (stream ? shm.directBytes : std::min(shm.directBytes, kCachedRoundBytes)) / es;
   auto toOutput = [streamOutput](char* dst, const char* src, size_t bytes) {
     if (streamOutput)
       kernels::streamCopy(dst, src, bytes);

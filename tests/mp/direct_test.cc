@@ -92,6 +92,18 @@ TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
 
+// The default 1 MiB buffers with plain stores up to 8 MiB: such rounds take 256 KiB of each
+// buffer, so the same sequence runs through many rounds of part of a buffer.
+TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
+  LaunchOptions opts;
+  opts.nranks = GetParam();
+  opts.env.push_back({"LOOM_DIRECT_SYM_MAX", std::to_string(kSymMax)});
+  opts.env.push_back({"LOOM_DIRECT_STREAM_BYTES", std::to_string(64 << 20)});
+  opts.env.push_back({"LOOM_ALGO", "allreduce:direct"});
+  LaunchResult res = launch(opts, runSequence);
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DirectRoundsTest, ::testing::Values(2, 3, 5),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::to_string(i.param) + "ranks";
