@@ -54,8 +54,8 @@ constexpr Var kVars[] = {
     {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)", "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
-     "polls of a wait before it yields (-1: 2000, or 100 when the ranks on this machine "
-     "outnumber its cores; on a socket at most 32, and none then)"},
+     "polls of a wait before it yields (-1: 2000, or none when the ranks on this machine "
+     "outnumber its cores; on a socket at most 32)"},
     {"LOOM_YIELD_COUNT", "-1",
      "yields of a wait, after its polls, before it blocks (-1: 1000 where every rank on this "
      "machine has a core, else 16)"},
