@@ -77,17 +77,23 @@ int runSequence(RankContext& ctx) {
 
 class DirectRoundsTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
+// The direct all-reduce forced, kSymMax, streaming stores from `streamBytes` whatever the CPU
+// (the default is 64 MiB on all but AMD's), and rank 1 at the lowest priority.
+LaunchOptions sequenceOptions(int nranks, size_t streamBytes) {
   LaunchOptions opts;
-  opts.nranks = GetParam();
-  opts.env.push_back({"LOOM_DIRECT_BYTES", std::to_string(kDirectBytes)});
+  opts.nranks = nranks;
   opts.env.push_back({"LOOM_DIRECT_SYM_MAX", std::to_string(kSymMax)});
-  // Streaming from 1 MiB whatever the CPU (its default is 64 MiB on all but AMD's).
-  opts.env.push_back({"LOOM_DIRECT_STREAM_BYTES", std::to_string(1 << 20)});
+  opts.env.push_back({"LOOM_DIRECT_STREAM_BYTES", std::to_string(streamBytes)});
   opts.env.push_back({"LOOM_ALGO", "allreduce:direct"});
   opts.beforeInit = [](RankContext& ctx) {
     if (ctx.rank == 1) setpriority(PRIO_PROCESS, 0, 19);
   };
+  return opts;
+}
+
+TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
+  LaunchOptions opts = sequenceOptions(GetParam(), size_t{1} << 20);
+  opts.env.push_back({"LOOM_DIRECT_BYTES", std::to_string(kDirectBytes)});
   LaunchResult res = launch(opts, runSequence);
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
@@ -95,12 +101,7 @@ TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
 // The default 1 MiB buffers with plain stores up to 8 MiB: such rounds take 256 KiB of each
 // buffer, so the same sequence runs through many rounds of part of a buffer.
 TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
-  LaunchOptions opts;
-  opts.nranks = GetParam();
-  opts.env.push_back({"LOOM_DIRECT_SYM_MAX", std::to_string(kSymMax)});
-  opts.env.push_back({"LOOM_DIRECT_STREAM_BYTES", std::to_string(64 << 20)});
-  opts.env.push_back({"LOOM_ALGO", "allreduce:direct"});
-  LaunchResult res = launch(opts, runSequence);
+  LaunchResult res = launch(sequenceOptions(GetParam(), size_t{64} << 20), runSequence);
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
 
