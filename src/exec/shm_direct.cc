@@ -38,9 +38,10 @@ void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>&
 }  // namespace
 
 // The slices form streams its copies from streamBytes() (its reduction then goes through a
-// tile in L1 of kTileBytes), and its output from kStreamOutputBytes too (with a tile of
-// kStreamOutputTileBytes). Tiles of 16 KiB against 4 KiB, alternating runs: 2 ranks 17-22%
-// and 4 ranks on 2 cores 8-14% faster from 1 to 4 MiB, but 2 ranks 7-14% slower at 64 MiB.
+// tile in L1 of kTileBytes), and its output from streamOutputBytes() (with a tile of
+// kStreamOutputTileBytes when the copies stream too). Tiles of 16 KiB against 4 KiB,
+// alternating runs: 2 ranks 17-22% and 4 ranks on 2 cores 8-14% faster from 1 to 4 MiB, but
+// 2 ranks 7-14% slower at 64 MiB.
 //
 // streamBytes(): LOOM_DIRECT_STREAM_BYTES, else by CPU. On an AMD EPYC guest a line another
 // core had just written was slower to read than memory, and streaming from 1 MiB made 2 to 32
@@ -64,8 +65,16 @@ static size_t streamBytes() {
 // against the 1 MiB buffers whole: 2 ranks 10-12% faster at 2 and 8 MiB (docs/PERFORMANCE.md,
 // stop 24). Streamed rounds go through memory and take the whole buffer.
 constexpr size_t kCachedRoundBytes = size_t{256} << 10;
+// streamOutputBytes(): the output, which the caches could not keep, goes to memory with
+// streaming stores from this size, counted over the ranks that share a core (their outputs
+// take turns in its caches). 8 MiB where the copies stream from 1 MiB (the AMD guest), else
+// 16 MiB: on the Intel Xeon guest, whose copies stay plain, 2 ranks 32 MiB 3.9 -> 4.9 GB/s,
+// 4 ranks on 2 cores 16 MiB 2.3 -> 2.8 and 32 MiB 2.2 -> 3.1, 8 ranks 8 MiB 1.4 -> 1.9; but
+// 2 ranks 8 MiB 7% slower (docs/PERFORMANCE.md, stop 25).
+static size_t streamOutputBytes() {
+  return streamBytes() <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
+}
 constexpr size_t kTileBytes = 16384;
-constexpr size_t kStreamOutputBytes = size_t{8} << 20;
 constexpr size_t kStreamOutputTileBytes = 4096;
 
 const char* directFormName(DirectForm f) {
@@ -221,9 +230,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   }
 
   // Streaming stores (slices form) from streamBytes(), and to the output from
-  // kStreamOutputBytes too, where it is larger than the caches would keep.
+  // streamOutputBytes(), where it is larger than the caches would keep.
   const bool stream = !symmetric && count * es >= streamBytes();
-  const bool streamOutput = stream && count * es >= kStreamOutputBytes;
+  const bool streamOutput =
+      !symmetric && count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
   // Rounds that stay in the caches take at most kCachedRoundBytes of each direct buffer.
   const size_t perRound =
       (stream ? shm.directBytes : std::min(shm.directBytes, kCachedRoundBytes)) / es;

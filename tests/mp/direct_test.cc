@@ -99,7 +99,9 @@ TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
 }
 
 // The default 1 MiB buffers with plain stores up to 8 MiB: such rounds take 256 KiB of each
-// buffer, so the same sequence runs through many rounds of part of a buffer.
+// buffer, so the same sequence runs through many rounds of part of a buffer. With 3 and 5
+// ranks on the 2 cores (2 and 3 ranks a core), the 8 MiB operation's output streams while
+// its copies stay plain (the output streams from 16 MiB over the ranks that share a core).
 TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
   LaunchResult res = launch(sequenceOptions(GetParam(), size_t{64} << 20), runSequence);
   EXPECT_TRUE(res.allPassed()) << res.report(true);
