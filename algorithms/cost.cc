@@ -70,6 +70,11 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
                  const LinkMap& links) {
   const int n = static_cast<int>(schedules.size());
   std::vector<RankRun> runs(static_cast<size_t>(n));
+  size_t steps = 0;
+  for (const Schedule& s : schedules)
+    for (const auto& ch : s.channels) steps += ch.size();
+  const size_t maxPieces =
+      std::max(kMaxSimulatedPieces, kMaxSimulatedPieceSteps / std::max<size_t>(steps, 1));
   for (int r = 0; r < n; ++r) {
     RankRun& run = runs[static_cast<size_t>(r)];
     const Schedule& s = schedules[static_cast<size_t>(r)];
@@ -78,7 +83,7 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
       const auto& steps = s.channels[c];
       size_t rounds = 0;
       for (const Step& st : steps) {
-        size_t p = std::min(numPieces(st.count, elemSize, model.slotBytes), kMaxSimulatedPieces);
+        size_t p = std::min(numPieces(st.count, elemSize, model.slotBytes), maxPieces);
         run.pieces[c].push_back(p);
         rounds = std::max(rounds, p);
       }
