@@ -30,6 +30,9 @@ constexpr Var kVars[] = {
      "loomCommInitFromEnv under Slurm: the root's port on the first node of the step "
      "(default 28500 + (SLURM_JOB_ID + SLURM_STEP_ID) % 1000)"},
     {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact", "NCCL_SOCKET_IFNAME"},
+    {"LOOM_SOCKET_BUFFER_BYTES", "4194304",
+     "TCP transport: each connection's send and receive socket buffer (SO_SNDBUF, SO_RCVBUF; "
+     "0: the kernel's autotuning)"},
     {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
     {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory", "NCCL_SHM_DISABLE"},
     {"LOOM_NET", "",
@@ -146,6 +149,7 @@ LOOM_ENV_STRING(rankText, "LOOM_RANK")
 LOOM_ENV_STRING(worldSizeText, "LOOM_WORLD_SIZE")
 LOOM_ENV_STRING(commPort, "LOOM_COMM_PORT")
 LOOM_ENV_STRING(socketIfname, "LOOM_SOCKET_IFNAME")
+LOOM_ENV_INT(socketBufferBytes, "LOOM_SOCKET_BUFFER_BYTES")
 LOOM_ENV_STRING(scheduleDump, "LOOM_SCHEDULE_DUMP")
 LOOM_ENV_STRING(algo, "LOOM_ALGO")
 LOOM_ENV_STRING(proto, "LOOM_PROTO")

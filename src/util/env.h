@@ -18,6 +18,7 @@ const std::string& rankText();       // LOOM_RANK (parsed by loomCommInitFromEnv
 const std::string& worldSizeText();  // LOOM_WORLD_SIZE (parsed by loomCommInitFromEnv)
 const std::string& commPort();       // LOOM_COMM_PORT (parsed by loomCommInitFromEnv)
 const std::string& socketIfname();   // LOOM_SOCKET_IFNAME
+int64_t socketBufferBytes();         // LOOM_SOCKET_BUFFER_BYTES (0: autotuned)
 int64_t timeoutMs();                 // LOOM_TIMEOUT_MS
 bool shmDisable();                   // LOOM_SHM_DISABLE
 bool tunerCalibrate();               // LOOM_TUNER_CALIBRATE

@@ -1143,8 +1143,10 @@ TEST(TcpHandshakeTest, ReplayedHelloIsRefusedDuringSetUp) {
 // Every data connection sends small messages at once (TCP_NODELAY), the accepting end as well
 // as the connecting one: with Nagle's algorithm on either end, a small send that follows an
 // unacknowledged one waits for the peer's delayed acknowledgement (about 40 ms), which is what
-// a tree all-reduce over TCP measured while accepted sockets lacked the option.
-TEST(TcpHandshakeTest, BothEndsSendSmallMessagesAtOnce) {
+// a tree all-reduce over TCP measured while accepted sockets lacked the option. Both ends'
+// socket buffers are LOOM_SOCKET_BUFFER_BYTES each way (default 4 MiB), which the kernel caps
+// at net.core.{r,w}mem_max and doubles; the accepting end's come from its listener.
+TEST(TcpHandshakeTest, BothEndsSendSmallMessagesAtOnceAndSizeTheirBuffers) {
   const std::string secret(kSecretBytes, 'n');
   auto l0 = tcpListener(), l1 = tcpListener();
   ASSERT_TRUE(l0 && l1);
@@ -1163,6 +1165,21 @@ TEST(TcpHandshakeTest, BothEndsSendSmallMessagesAtOnce) {
     ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &noDelay, &len), 0) << std::strerror(errno);
     EXPECT_NE(noDelay, 0) << "rank " << (side == &a0 ? 0 : 1)
                           << "'s connection to its peer has Nagle's algorithm on";
+    const int64_t want = env::socketBufferBytes();
+    ASSERT_GT(want, 0) << "LOOM_SOCKET_BUFFER_BYTES is set to 0 for this test";
+    for (auto [opt, cap] : {std::pair{SO_RCVBUF, "/proc/sys/net/core/rmem_max"},
+                            std::pair{SO_SNDBUF, "/proc/sys/net/core/wmem_max"}}) {
+      long long max = 0;
+      FILE* f = std::fopen(cap, "r");
+      ASSERT_NE(f, nullptr) << cap;
+      ASSERT_EQ(std::fscanf(f, "%lld", &max), 1) << cap;
+      std::fclose(f);
+      int got = 0;
+      socklen_t len = sizeof(got);
+      ASSERT_EQ(getsockopt(fd, SOL_SOCKET, opt, &got, &len), 0) << std::strerror(errno);
+      EXPECT_EQ(got, 2 * std::min<long long>(want, max))
+          << "rank " << (side == &a0 ? 0 : 1) << ", " << (opt == SO_RCVBUF ? "SO_RCVBUF" : "SO_SNDBUF");
+    }
   }
 }
 
