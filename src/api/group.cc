@@ -197,7 +197,8 @@ Status runCollective(Comm& comm, const Call& c) {
     static const bool llAllowed =
         protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
     const exec::DirectForm form =
-        exec::directForm(c.count * op.elemSize, llAllowed, exec::llMaxBytes(comm));
+        exec::directForm(c.count * op.elemSize, comm.nranks(), llAllowed,
+                          exec::llMaxBytes(comm));
     if (op.record != nullptr) {
       op.record->algorithm = "direct";
       op.record->channels = 1;

@@ -90,9 +90,19 @@ size_t llMaxBytes(const Comm& comm) {
   return comm.outnumbered() ? transport::kShmLLBytes : transport::kShmLLMaxBytes;
 }
 
-DirectForm directForm(size_t bytes, bool llAllowed, size_t llMax) {
+// The symmetric form saves the slices form's second wait and gather, and reads nranks times
+// the message; on the Intel Xeon guest it was faster up to 32 KiB with 2 ranks, 16 KiB with 4
+// and 8 KiB with 8 (2 cores), and slower from twice those (2 ranks 64 KiB 6.7 -> 8.5 GB/s with
+// slices, 4 ranks 32 KiB 3.7 -> 4.1, 8 ranks 64 KiB 1.6 -> 2.6; docs/PERFORMANCE.md, stop 25).
+size_t symmetricMaxBytes(int nranks) {
+  const int64_t set = env::directSymMax();
+  if (set >= 0) return static_cast<size_t>(set);
+  return (size_t{64} << 10) / static_cast<size_t>(std::max(nranks, 1));
+}
+
+DirectForm directForm(size_t bytes, int nranks, bool llAllowed, size_t llMax) {
   if (bytes > 0 && bytes <= llMax && llAllowed) return DirectForm::LL;
-  return bytes <= static_cast<size_t>(env::directSymMax()) ? DirectForm::Symmetric : DirectForm::Slices;
+  return bytes <= symmetricMaxBytes(nranks) ? DirectForm::Symmetric : DirectForm::Slices;
 }
 
 Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm form,

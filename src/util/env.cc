@@ -90,8 +90,9 @@ constexpr Var kVars[] = {
     {"LOOM_DIRECT_STREAM_BYTES", "0",
      "direct all-reduce: streaming (non-temporal) stores from this many bytes (0: 1 MiB on AMD "
      "CPUs, 64 MiB on others)"},
-    {"LOOM_DIRECT_SYM_MAX", "65536",
-     "direct all-reduce: every rank reduces the whole message up to this many bytes"},
+    {"LOOM_DIRECT_SYM_MAX", "-1",
+     "direct all-reduce: every rank reduces the whole message up to this many bytes (-1: 64 KiB "
+     "divided by the number of ranks)"},
     {"LOOM_TOPO_FILE", "",
      "read this host's topology from this file (NCCL topology XML or hwloc XML) instead of "
      "detecting it", "NCCL_TOPO_FILE"},

@@ -40,7 +40,7 @@ int64_t directBytes();               // LOOM_DIRECT_BYTES
 int64_t flightRecorder();            // LOOM_FLIGHT_RECORDER
 const std::string& traceDir();       // LOOM_TRACE_DIR
 const std::string& injectDelay();    // LOOM_INJECT_DELAY (parsed by src/trace)
-int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX
+int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX (-1: by rank count)
 int64_t directStreamBytes();         // LOOM_DIRECT_STREAM_BYTES (0: by CPU)
 const std::string& topoFile();       // LOOM_TOPO_FILE
 const std::string& tunerTable();     // LOOM_TUNER_TABLE
