@@ -78,12 +78,13 @@ struct LinkMap {
 
 // Predicted time of one collective from every rank's schedule (schedules[r]
 // is rank r's). Steps are cut into pieces of model.slotBytes as the executor
-// cuts them, as long as all ranks' steps come to at most kMaxSimulatedPieceSteps
-// pieces; beyond that each step has at least kMaxSimulatedPieces pieces and the
-// pieces grow. (Grown pieces undercount what each real piece pays in turn: with
-// pieces capped at 64, recursive doubling on 2 ranks at 32 MiB was priced 3%
-// under the ring, and ran 35% slower.) Returns +inf if the ranks cannot all
-// finish (an unmatched receive).
+// cuts them, but into at most max(kMaxSimulatedPieces, kMaxSimulatedPieceSteps /
+// (all ranks' steps)) pieces a step (beyond that a step's pieces grow), so the
+// simulation's work stays near kMaxSimulatedPieceSteps pieces: exact for 2 ranks
+// up to gigabytes, 64 pieces a step at 32 ranks. Grown pieces undercount what each
+// real piece pays in turn: capped at 64 a step, recursive doubling on 2 ranks at
+// 32 MiB was priced 3% under the ring, and ran 35% slower. Returns +inf if the
+// ranks cannot all finish (an unmatched receive).
 constexpr size_t kMaxSimulatedPieces = 64;
 constexpr size_t kMaxSimulatedPieceSteps = size_t{1} << 17;
 double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const CostModel& model,

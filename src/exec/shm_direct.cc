@@ -373,6 +373,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
       kernels::streamFence();
     } else {
       reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);
+      // The gather above may have streamed to the output: its stores, too, are ordered before
+      // what this rank publishes.
+      if (streamOutput) kernels::streamFence();
     }
     publish(mine->reduced, mine, g);
     pendingGather = Gather{g, slot, off, len, true};

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -74,16 +75,43 @@ void tune(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// A data connection's socket buffers, each way: LOOM_SOCKET_BUFFER_BYTES (the kernel doubles it
-// and caps it at net.core.wmem_max / rmem_max), set before connect() and on the listener
-// (accepted sockets inherit it), so that the handshake advertises a window scale that fits.
-// 0 leaves them to the kernel's autotuning, which on loopback settled at random: 2 ranks at
-// 512 KiB to 16 MiB ran at 1.8-2.4 GB/s in some runs and 3.3-4.3 in others; with 4 MiB they
-// ran at 3.4-4.6 in every run (docs/PERFORMANCE.md, stop 25).
+// A data connection's socket buffers, each way: LOOM_SOCKET_BUFFER_BYTES, set before connect()
+// and on the listener (accepted sockets inherit it), so that the handshake advertises a window
+// scale that fits. Left to the kernel's autotuning, the buffers settled at random on loopback:
+// 2 ranks at 256 KiB to 16 MiB ran at 1.8-2.4 GB/s in some runs and 3.3-4.3 in others; with
+// 4 MiB (8 MiB once the kernel doubles it) at 3.5-4.1 in every run (docs/PERFORMANCE.md,
+// stop 25). A size set by hand also turns autotuning off, and the kernel caps it at
+// net.core.wmem_max / rmem_max: where those are below the request (212992 by default) the
+// buffers stay autotuned, since 256 KiB by hand measured 40% slower (stop 23). 0: autotuned.
+int socketBufferBytes() {
+  static const int bytes = [] {
+    const int64_t want = env::socketBufferBytes();
+    if (want <= 0) return 0;
+    auto limit = [](const char* path) {
+      long long v = 0;
+      FILE* f = std::fopen(path, "r");
+      if (f == nullptr) return 0LL;
+      if (std::fscanf(f, "%lld", &v) != 1) v = 0;
+      std::fclose(f);
+      return v;
+    };
+    const long long cap = std::min(limit("/proc/sys/net/core/wmem_max"),
+                                   limit("/proc/sys/net/core/rmem_max"));
+    if (cap < want) {
+      LOOM_INFO(kTransport,
+                "tcp: socket buffers left to the kernel's autotuning: LOOM_SOCKET_BUFFER_BYTES=%lld "
+                "is above net.core.wmem_max / rmem_max (%lld)",
+                static_cast<long long>(want), cap);
+      return 0;
+    }
+    return static_cast<int>(std::min<int64_t>(want, 1 << 30));
+  }();
+  return bytes;
+}
+
 void sizeBuffers(int fd) {
-  const int64_t bytes = env::socketBufferBytes();
-  if (bytes <= 0) return;
-  const int b = static_cast<int>(std::min<int64_t>(bytes, 1 << 30));
+  const int b = socketBufferBytes();
+  if (b <= 0) return;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
 }
