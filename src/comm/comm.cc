@@ -240,9 +240,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     const std::string machine = net::machineOf(mine.host);
     long sharing = 0;
     for (const PeerInfo& p : c->peers_) sharing += net::machineOf(p.host) == machine;
-    const bool outnumbered = sharing > ncpu;
-    c->outnumbered_ = outnumbered;
-    c->ranksPerCore_ = static_cast<int>(std::max<long>(1, (sharing + ncpu - 1) / std::max<long>(ncpu, 1)));
+    ncpu = std::max<long>(ncpu, 1);
+    c->ranksPerCore_ = static_cast<int>(std::max<long>(1, (sharing + ncpu - 1) / ncpu));
+    const bool outnumbered = c->outnumbered();
     if (env::spinCount() >= 0) {
       c->spinCount_ = static_cast<uint64_t>(env::spinCount());
       c->netSpinCount_ = std::min<uint64_t>(c->spinCount_, 32);

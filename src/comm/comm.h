@@ -156,11 +156,11 @@ class Comm {
   // yields; short where ranks outnumber cores, whose yields hand the core to a rank that
   // may be what this one waits for.
   uint64_t yieldCount() const { return yieldCount_; }
-  // More ranks than cores on this machine (counted as for the spin counts above).
-  bool outnumbered() const { return outnumbered_; }
-  // Ranks of this machine per core, rounded up (at least 1): how many ranks' buffers one
-  // core's caches hold in turn.
+  // Ranks of this machine (counted as for the spin counts above) per core, rounded up (at
+  // least 1): how many ranks' buffers one core's caches hold in turn.
   int ranksPerCore() const { return ranksPerCore_; }
+  // More ranks than cores on this machine.
+  bool outnumbered() const { return ranksPerCore_ > 1; }
 
   // Atomic: a non-blocking communicator numbers calls on the caller's thread as it queues them.
   uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
@@ -253,7 +253,6 @@ class Comm {
   uint64_t spinCount_ = 0;
   uint64_t netSpinCount_ = 0;
   uint64_t yieldCount_ = 16;
-  bool outnumbered_ = false;
   int ranksPerCore_ = 1;
   std::mutex opMutex_;
   std::atomic<bool> aborted_{false};
