@@ -25,6 +25,7 @@
 #include "topology/nic_rank.h"
 #include "topology/topology.h"
 #endif
+#include "util/cpus.h"
 #include "util/env.h"
 #include "util/log.h"
 #include "util/net.h"
@@ -37,7 +38,7 @@ std::string PeerInfo::encode() const {
   inet_ntop(AF_INET, &tcpAddr.sin_addr, ip, sizeof(ip));
   std::ostringstream o;
   o << host << '\n' << pid << '\n' << ip << '\n' << ntohs(tcpAddr.sin_port) << '\n' << cudaDev << '\n'
-    << (ib ? 1 : 0);
+    << (ib ? 1 : 0) << '\n' << cpus;
   return o.str();
 }
 
@@ -46,7 +47,9 @@ Result<PeerInfo> PeerInfo::decode(const std::string& blob) {
   PeerInfo p;
   std::string ip;
   int port = 0, ib = 0;
-  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev >> ib))
+  cpu_set_t mask;
+  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev >> ib >> p.cpus) ||
+      !cpus::parseMask(p.cpus, &mask))
     return LOOM_ERROR(loomInternalError, "malformed peer information in the rendezvous table");
   p.ib = ib != 0;
   p.tcpAddr.sin_family = AF_INET;
@@ -195,6 +198,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   mine.pid = getpid();
   mine.tcpAddr = c->listener_->address();
   mine.cudaDev = options.cudaDev;
+  mine.cpus = cpus::formatMask(cpus::allowed());
   LOOM_ASSIGN(mine.ib, wantIb());
 
   // A non-blocking communicator's initialisation runs on its worker; loomCommAbort raises
@@ -235,13 +239,16 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     // Ranks that share this machine's cores: those of this host and of other network
     // namespaces of the same machine (the same name before "/net:" in the host identity).
     // More of them than cores: a spinning rank holds a core another rank needs.
-    cpu_set_t cpus;
-    long ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    // Their cores: the union of their affinity masks, so that ranks bound to a core each
+    // are not taken for ranks crowded onto one.
     const std::string machine = net::machineOf(mine.host);
-    long sharing = 0;
-    for (const PeerInfo& p : c->peers_) sharing += net::machineOf(p.host) == machine;
-    ncpu = std::max<long>(ncpu, 1);
-    c->ranksPerCore_ = static_cast<int>(std::max<long>(1, (sharing + ncpu - 1) / ncpu));
+    std::vector<cpu_set_t> masks;
+    for (const PeerInfo& p : c->peers_) {
+      if (net::machineOf(p.host) != machine) continue;
+      masks.emplace_back();
+      cpus::parseMask(p.cpus, &masks.back());  // checked by PeerInfo::decode
+    }
+    c->ranksPerCore_ = cpus::ranksPerCore(masks);
     const bool outnumbered = c->outnumbered();
     if (env::spinCount() >= 0) {
       c->spinCount_ = static_cast<uint64_t>(env::spinCount());

@@ -44,6 +44,7 @@ struct PeerInfo {
   sockaddr_in tcpAddr{};
   int cudaDev = -1;
   bool ib = false;  // has an active RDMA port and may use the ib transport
+  std::string cpus;  // its affinity mask (cpus::formatMask): the CPUs it may run on
 
   std::string encode() const;
   static Result<PeerInfo> decode(const std::string& blob);

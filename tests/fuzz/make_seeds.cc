@@ -17,6 +17,7 @@
 #include "comm/comm.h"
 #include "fuzz_net.h"
 #include "transport/tcp/tcp_connection.h"
+#include "util/cpus.h"
 #include "util/net.h"
 
 using namespace loom;
@@ -48,6 +49,7 @@ std::string peerInfo(int cudaDev) {
   p.pid = getpid();
   p.tcpAddr = loopback(40123);
   p.cudaDev = cudaDev;
+  p.cpus = cpus::formatMask(cpus::allowed());
   return p.encode();
 }
 

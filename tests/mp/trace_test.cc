@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -359,11 +360,12 @@ TEST(Straggler, DirectFirstArrivalsSlices) { directFirstArrivals(300000, "slices
 // only where the selection allows "ll" for all-reduce. The form each call took is read back
 // from the recorder, and the sum is checked.
 void directProtoIs(const std::string& protoEnv, const std::string& expected, size_t kCount = 4,
-                   int nranks = 2) {
+                   int nranks = 2, std::function<void(RankContext&)> beforeInit = nullptr) {
   TempDir tmp;
   const std::string& dir = tmp.path;
   LaunchOptions opts;
   opts.nranks = nranks;
+  opts.beforeInit = std::move(beforeInit);
   if (!protoEnv.empty()) opts.env.push_back({"LOOM_PROTO", protoEnv});
   LaunchResult res = launch(opts, [&](RankContext& ctx) {
     std::vector<float> x(kCount), y(kCount);
@@ -411,6 +413,31 @@ TEST(Straggler, DirectLowLatencyUpToItsLines) {
   const bool outnumbered = CPU_COUNT(&cpus) < 3;
   directProtoIs("", "LL", 12, 3);
   directProtoIs("", outnumbered ? "symmetric" : "LL", 13, 3);
+}
+
+// The cores a rank counts are those of every rank of its machine (the union of their affinity
+// masks), not its own mask's: two ranks bound to a CPU each, as mpirun binds two ranks, have
+// a core each and take the low-latency form's second line; two bound to the same CPU share
+// it and take the symmetric form.
+TEST(Straggler, DirectCountsTheCoresOfEveryRanksMask) {
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &cpus)) allowed.push_back(c);
+  if (allowed.size() < 2)
+    GTEST_SKIP() << "needs 2 CPUs to bind 2 ranks apart; this process may run on "
+                 << allowed.size();
+  auto bindTo = [&allowed](bool apart) {
+    return [&allowed, apart](RankContext& ctx) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(allowed[apart ? static_cast<size_t>(ctx.rank) : 0], &one);
+      if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(90);
+    };
+  };
+  directProtoIs("", "LL", 13, 2, bindTo(true));
+  directProtoIs("", "symmetric", 13, 2, bindTo(false));
 }
 
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
