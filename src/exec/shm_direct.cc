@@ -64,7 +64,16 @@ static size_t streamBytes() {
 // last rounds in the caches; on the Intel Xeon guest (2 MiB of L2 a core), 256 KiB rounds
 // against the 1 MiB buffers whole: 2 ranks 10-12% faster at 2 and 8 MiB (docs/PERFORMANCE.md,
 // stop 24). Streamed rounds go through memory and take the whole buffer.
+// Where two ranks share each core (4 ranks on 2 cores), each takes rounds of half that, so
+// that both ranks' rounds stay in the core's caches: alternating runs, medians of 8, 4 ranks
+// 512 KiB +8-11%, 2 MiB +6-14%, 8 MiB +4-10%. With more ranks a core the extra rounds' waits,
+// each a switch between the core's ranks, cost what the caches gain (8 ranks on 2 cores, 128
+// KiB rounds: 512 KiB +7%, 2 MiB -15%); with a core each, 2 ranks lost 3-4% at 2 and 8 MiB
+// (docs/PERFORMANCE.md, stop 26).
 constexpr size_t kCachedRoundBytes = size_t{256} << 10;
+static size_t cachedRoundBytes(const Comm& comm) {
+  return comm.ranksPerCore() == 2 ? kCachedRoundBytes / 2 : kCachedRoundBytes;
+}
 // streamOutputBytes(): the output, which the caches could not keep, goes to memory with
 // streaming stores from this size, counted over the ranks that share a core (their outputs
 // take turns in its caches). 8 MiB where the copies stream from 1 MiB (the AMD guest), else
@@ -244,9 +253,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   const bool stream = !symmetric && count * es >= streamBytes();
   const bool streamOutput =
       !symmetric && count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
-  // Rounds that stay in the caches take at most kCachedRoundBytes of each direct buffer.
+  // Rounds that stay in the caches take at most cachedRoundBytes() of each direct buffer.
   const size_t perRound =
-      (stream ? shm.directBytes : std::min(shm.directBytes, kCachedRoundBytes)) / es;
+      (stream ? shm.directBytes : std::min(shm.directBytes, cachedRoundBytes(comm))) / es;
   auto toOutput = [streamOutput](char* dst, const char* src, size_t bytes) {
     if (streamOutput)
       kernels::streamCopy(dst, src, bytes);

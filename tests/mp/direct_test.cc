@@ -100,7 +100,8 @@ TEST_P(DirectRoundsTest, BackToBackOperationsOfEverySizeSumRight) {
 }
 
 // The default 1 MiB buffers with plain stores up to 8 MiB: such rounds take 256 KiB of each
-// buffer, so the same sequence runs through many rounds of part of a buffer.
+// buffer (128 KiB where two ranks share each core), so the same sequence runs through many
+// rounds of part of a buffer.
 TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
   LaunchResult res = launch(sequenceOptions(GetParam(), size_t{64} << 20), runSequence);
   EXPECT_TRUE(res.allPassed()) << res.report(true);
@@ -108,7 +109,7 @@ TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
 
 // The same with every rank on one CPU, so that all of them share a core on any machine: the
 // output streams from 16 MiB divided by the ranks a core runs, so the 8 MiB operation's output
-// streams while its copies stay plain.
+// streams while its copies stay plain; 2 ranks take the 128 KiB rounds of two ranks a core.
 TEST_P(DirectRoundsTest, StreamedOutputOfPlainRoundsSumsRight) {
   LaunchOptions opts = sequenceOptions(GetParam(), size_t{64} << 20);
   opts.beforeInit = [lower = opts.beforeInit](RankContext& ctx) {
