@@ -154,8 +154,8 @@ class Comm {
   // Yields of a wait after its polls, before it blocks. Long where every rank has a core:
   // a blocked rank's core goes idle, and waking it then (the peer's wake call, and on a
   // virtual machine the idle CPU's own wake-up) cost tens of microseconds more than the
-  // yields; short where ranks outnumber cores, whose yields hand the core to a rank that
-  // may be what this one waits for.
+  // yields; shorter where ranks outnumber cores, whose yields hand the core to a rank that
+  // may be what this one waits for (200 where two ranks share each core, 16 where more do).
   uint64_t yieldCount() const { return yieldCount_; }
   // Ranks of this machine (counted as for the spin counts above) per core, rounded up (at
   // least 1): how many ranks' buffers one core's caches hold in turn.

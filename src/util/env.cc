@@ -61,7 +61,7 @@ constexpr Var kVars[] = {
      "outnumber its cores; on a socket at most 32)"},
     {"LOOM_YIELD_COUNT", "-1",
      "yields of a wait, after its polls, before it blocks (-1: 1000 where every rank on this "
-     "machine has a core, else 16)"},
+     "machine has a core, 200 where two share each core, else 16)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
     {"LOOM_ALGO", "",
      "algorithms the tuner may pick: ring, tree, rhd, rd, hier, hierrd, chain, direct; a list for every "
