@@ -76,7 +76,7 @@ static size_t cachedRoundBytes(const Comm& comm) {
 }
 // streamOutputBytes(): the output, which the caches could not keep, goes to memory with
 // streaming stores from this size, counted over the ranks that share a core (their outputs
-// take turns in its caches). 8 MiB where the copies stream from 1 MiB (the AMD guest), else
+// take turns in its caches), where it is not the input (out of place). 8 MiB where the copies stream from 1 MiB (the AMD guest), else
 // 16 MiB: on the Intel Xeon guest, whose copies stay plain, 2 ranks 32 MiB 3.9 -> 4.9 GB/s,
 // 4 ranks on 2 cores 16 MiB 2.3 -> 2.8 and 32 MiB 2.2 -> 3.1, 8 ranks 8 MiB 1.4 -> 1.9; but
 // 2 ranks 8 MiB 7% slower (docs/PERFORMANCE.md, stop 25).
@@ -251,8 +251,11 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   // Streaming stores (slices form) from streamBytes(), and to the output from
   // streamOutputBytes(), where it is larger than the caches would keep.
   const bool stream = !symmetric && count * es >= streamBytes();
-  const bool streamOutput =
-      !symmetric && count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
+  // In place, the output's lines are the input's, which this rank has just read: they are in
+  // its caches, and streaming stores would only evict them (2 ranks in place, 16 and 32 MiB:
+  // 7.16 and 6.92 GB/s plain against 4.53 and 4.47 streamed; docs/PERFORMANCE.md, stop 26).
+  const bool streamOutput = !symmetric && send != recv &&
+                            count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
   // Rounds that stay in the caches take at most cachedRoundBytes() of each direct buffer.
   const size_t perRound =
       (stream ? shm.directBytes : std::min(shm.directBytes, cachedRoundBytes(comm))) / es;

@@ -34,7 +34,7 @@ int32_t inputOf(int rank, int op, size_t i) {
 int runSequence(RankContext& ctx) {
   // Element counts: within one low-latency line, across several lines, the symmetric form
   // (up to kSymMax), the slices form over 1, 2, 3, 4 and 18 rounds (the last from 1 MiB:
-  // streaming stores) and over 129 rounds (from 8 MiB: the output streams too).
+  // streaming stores) and over 129 rounds (from 8 MiB: the output streams too, out of place).
   const std::vector<size_t> counts = {1,
                                       90,
                                       2000,
@@ -109,7 +109,8 @@ TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
 
 // The same with every rank on one CPU, so that all of them share a core on any machine: the
 // output streams from 16 MiB divided by the ranks a core runs, so the 8 MiB operation's output
-// streams while its copies stay plain; 2 ranks take the 128 KiB rounds of two ranks a core.
+// streams (out of place) while its copies stay plain; 2 ranks take the 128 KiB rounds of two
+// ranks a core.
 TEST_P(DirectRoundsTest, StreamedOutputOfPlainRoundsSumsRight) {
   LaunchOptions opts = sequenceOptions(GetParam(), size_t{64} << 20);
   opts.beforeInit = [lower = opts.beforeInit](RankContext& ctx) {
