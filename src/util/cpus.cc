@@ -1,5 +1,7 @@
 #include "util/cpus.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace loom::cpus {
@@ -8,7 +10,8 @@ cpu_set_t allowed() {
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof(mask), &mask) != 0) {
     CPU_ZERO(&mask);
-    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &mask);
+    const long online = std::clamp<long>(sysconf(_SC_NPROCESSORS_ONLN), 1, CPU_SETSIZE);
+    for (int c = 0; c < static_cast<int>(online); ++c) CPU_SET(c, &mask);
   }
   return mask;
 }

@@ -12,7 +12,7 @@
 
 namespace loom::cpus {
 
-// This process's affinity mask; every CPU of the set's size where it cannot be read.
+// This process's affinity mask; the online CPUs where it cannot be read.
 cpu_set_t allowed();
 
 // A mask as hexadecimal digits, most significant first, without leading zeros ("3": CPUs 0
