@@ -38,7 +38,7 @@ std::string PeerInfo::encode() const {
   inet_ntop(AF_INET, &tcpAddr.sin_addr, ip, sizeof(ip));
   std::ostringstream o;
   o << host << '\n' << pid << '\n' << ip << '\n' << ntohs(tcpAddr.sin_port) << '\n' << cudaDev << '\n'
-    << (ib ? 1 : 0) << '\n' << cpus;
+    << (ib ? 1 : 0) << '\n' << cpus::formatMask(cpuMask);
   return o.str();
 }
 
@@ -47,9 +47,9 @@ Result<PeerInfo> PeerInfo::decode(const std::string& blob) {
   PeerInfo p;
   std::string ip;
   int port = 0, ib = 0;
-  cpu_set_t mask;
-  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev >> ib >> p.cpus) ||
-      !cpus::parseMask(p.cpus, &mask))
+  std::string mask;
+  if (!std::getline(in, p.host) || !(in >> p.pid >> ip >> port >> p.cudaDev >> ib >> mask) ||
+      !cpus::parseMask(mask, &p.cpuMask))
     return LOOM_ERROR(loomInternalError, "malformed peer information in the rendezvous table");
   p.ib = ib != 0;
   p.tcpAddr.sin_family = AF_INET;
@@ -198,7 +198,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   mine.pid = getpid();
   mine.tcpAddr = c->listener_->address();
   mine.cudaDev = options.cudaDev;
-  mine.cpus = cpus::formatMask(cpus::allowed());
+  mine.cpuMask = cpus::allowed();
   LOOM_ASSIGN(mine.ib, wantIb());
 
   // A non-blocking communicator's initialisation runs on its worker; loomCommAbort raises
@@ -243,11 +243,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     // are not taken for ranks crowded onto one.
     const std::string machine = net::machineOf(mine.host);
     std::vector<cpu_set_t> masks;
-    for (const PeerInfo& p : c->peers_) {
-      if (net::machineOf(p.host) != machine) continue;
-      masks.emplace_back();
-      cpus::parseMask(p.cpus, &masks.back());  // checked by PeerInfo::decode
-    }
+    for (const PeerInfo& p : c->peers_)
+      if (net::machineOf(p.host) == machine) masks.push_back(p.cpuMask);
     c->ranksPerCore_ = cpus::ranksPerCore(masks);
     const bool outnumbered = c->outnumbered();
     if (env::spinCount() >= 0) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstdint>
@@ -44,7 +45,7 @@ struct PeerInfo {
   sockaddr_in tcpAddr{};
   int cudaDev = -1;
   bool ib = false;  // has an active RDMA port and may use the ib transport
-  std::string cpus;  // its affinity mask (cpus::formatMask): the CPUs it may run on
+  cpu_set_t cpuMask{};  // its affinity mask: the CPUs it may run on (sent as cpus::formatMask)
 
   std::string encode() const;
   static Result<PeerInfo> decode(const std::string& blob);

@@ -49,7 +49,7 @@ std::string peerInfo(int cudaDev) {
   p.pid = getpid();
   p.tcpAddr = loopback(40123);
   p.cudaDev = cudaDev;
-  p.cpus = cpus::formatMask(cpus::allowed());
+  p.cpuMask = cpus::allowed();
   return p.encode();
 }
 

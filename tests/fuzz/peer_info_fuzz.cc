@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const loom::PeerInfo& b = again.value();
   if (a.host != b.host || a.pid != b.pid || a.cudaDev != b.cudaDev ||
       a.tcpAddr.sin_addr.s_addr != b.tcpAddr.sin_addr.s_addr ||
-      a.tcpAddr.sin_port != b.tcpAddr.sin_port || a.ib != b.ib || a.cpus != b.cpus) {
+      a.tcpAddr.sin_port != b.tcpAddr.sin_port || a.ib != b.ib ||
+      !CPU_EQUAL(&a.cpuMask, &b.cpuMask)) {
     fprintf(stderr, "encode(decode(blob)) decodes to different fields\n");
     abort();
   }

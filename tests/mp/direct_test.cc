@@ -7,7 +7,6 @@
 // peers run as far ahead as the protocol lets them. A buffer reused too early shows as a
 // wrong element: every result is checked against a sum computed here. (Inputs that peers
 // read in place from loomMemAlloc memory are tested the same way in mem_test.cc.)
-#include <sched.h>
 #include <sys/resource.h>
 
 #include <gtest/gtest.h>
@@ -113,16 +112,8 @@ TEST_P(DirectRoundsTest, PartBufferRoundsSumRight) {
 // ranks a core.
 TEST_P(DirectRoundsTest, StreamedOutputOfPlainRoundsSumsRight) {
   LaunchOptions opts = sequenceOptions(GetParam(), size_t{64} << 20);
-  opts.beforeInit = [lower = opts.beforeInit](RankContext& ctx) {
-    cpu_set_t allowed, one;
-    CPU_ZERO(&one);
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &allowed)) {
-          CPU_SET(c, &one);
-          sched_setaffinity(0, sizeof(one), &one);
-          break;
-        }
+  opts.beforeInit = [lower = opts.beforeInit, cpu = allowedCpus().front()](RankContext& ctx) {
+    bindToCpu(cpu);
     lower(ctx);
   };
   LaunchResult res = launch(opts, runSequence);

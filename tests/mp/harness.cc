@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <thread>
 
+#include "util/cpus.h"
 #include "util/net.h"
 
 namespace loomtest {
@@ -34,6 +36,21 @@ double nowSeconds() {
 }
 
 int freeLoopbackPort() { return loom::net::freeLoopbackPort(); }
+
+std::vector<int> allowedCpus() {
+  const cpu_set_t mask = loom::cpus::allowed();
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) out.push_back(c);
+  return out;
+}
+
+void bindToCpu(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(90);
+}
 
 namespace {
 

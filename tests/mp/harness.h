@@ -98,6 +98,12 @@ std::string readFile(const std::string& path);
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int freeLoopbackPort();
 
+// The CPUs this process may run on, in order.
+std::vector<int> allowedCpus();
+// Binds the calling process to that one CPU; exits with status 90 where it cannot (for a
+// beforeInit hook, whose rank then fails).
+void bindToCpu(int cpu);
+
 double nowSeconds();
 
 // ---- Collective cases shared by collectives_test.cc and worker.cc ----

@@ -3,7 +3,6 @@
 // the others time out with a message naming the operation, the peer and the
 // peer's last completed operation; traces are dumped where asked.
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -408,9 +407,7 @@ TEST(Straggler, DirectLowLatencyUpToItsLines) {
   directProtoIs("", "LL", 13);          // 52 B: a second line
   directProtoIs("", "LL", 96);          // 384 B: every line
   directProtoIs("", "symmetric", 97);   // 388 B
-  cpu_set_t cpus;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
-  const bool outnumbered = CPU_COUNT(&cpus) < 3;
+  const bool outnumbered = allowedCpus().size() < 3;
   directProtoIs("", "LL", 12, 3);
   directProtoIs("", outnumbered ? "symmetric" : "LL", 13, 3);
 }
@@ -420,20 +417,13 @@ TEST(Straggler, DirectLowLatencyUpToItsLines) {
 // a core each and take the low-latency form's second line; two bound to the same CPU share
 // it and take the symmetric form.
 TEST(Straggler, DirectCountsTheCoresOfEveryRanksMask) {
-  cpu_set_t cpus;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
-  std::vector<int> allowed;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &cpus)) allowed.push_back(c);
+  const std::vector<int> allowed = allowedCpus();
   if (allowed.size() < 2)
     GTEST_SKIP() << "needs 2 CPUs to bind 2 ranks apart; this process may run on "
                  << allowed.size();
   auto bindTo = [&allowed](bool apart) {
     return [&allowed, apart](RankContext& ctx) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(allowed[apart ? static_cast<size_t>(ctx.rank) : 0], &one);
-      if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(90);
+      bindToCpu(allowed[apart ? static_cast<size_t>(ctx.rank) : 0]);
     };
   };
   directProtoIs("", "LL", 13, 2, bindTo(true));
