@@ -7,7 +7,7 @@
 #
 # It builds nothing. Build first, in BUILD_DIR:
 #   scripts/setup.sh                       # installs openmpi-bin, libopenmpi-dev, libgloo-dev
-#   cmake -S . -B build && cmake --build build -j1 --target loom-perf memcpy-bw \
+#   cmake -S . -B build && cmake --build build -j1 --target loom-perf memcpy-bw xcore-bw \
 #       mpi-allreduce-perf gloo-allreduce-perf
 # A peer whose binary (or package) is missing shows as n/a; Loom's is required.
 #
@@ -41,7 +41,9 @@
 # busbw (GB/s), the busbw ratios loom/ompi and loom/gloo (above 1: Loom is faster) and, up to
 # 64 KiB where busbw rounds to 0, the time ratios (below 1: Loom is faster). One core's memcpy
 # bandwidth (memcpy-bw, 64 MiB, measured at the start and at the end, best kept) is the yardstick
-# for Loom's busbw at 64 MiB. -o writes the same tables as markdown (for docs/PERFORMANCE.md).
+# for Loom's busbw at 64 MiB. Copies of 512 KiB between two cores and within one (xcore-bw, at
+# the start) show what bounds the middle sizes of shared memory. -o writes the same tables as
+# markdown (for docs/PERFORMANCE.md).
 # Each run's own table is kept in the log directory (-l, default a new /tmp/loom-compare.*).
 #
 # Other work on the machine skews every number. Before each run the script samples the CPUs'
@@ -137,6 +139,7 @@ LOOM=$(find_bin loom-perf)
 MPI_PERF=$(find_bin mpi-allreduce-perf)
 GLOO=$(find_bin gloo-allreduce-perf)
 MEMCPY=$(find_bin memcpy-bw)
+XCORE=$(find_bin xcore-bw)
 KERNELS=$(find_bin loom-kernels-bench)
 MPIRUN=$(command -v mpirun || true)
 [[ -n $LOOM ]] || { echo "compare.sh: no loom-perf in $build (build it first)" >&2; exit 2; }
@@ -288,6 +291,14 @@ echo "# sizes: ${#sizes[@]} ($(human "${sizes[0]}") .. $(human "${sizes[-1]}")),
 
 m=$(measure_memcpy)
 [[ -n $m ]] && memcpy_bw+=("$m") && echo "# memcpy (1 core, $(human $ref_size)): $m GB/s"
+# Copies between two cores beside copies within one (xcore-bw, 512 KiB): what the direct
+# all-reduce's middle sizes are made of. Empty with fewer than 2 CPUs or no xcore-bw.
+xcore=""
+if [[ -n $XCORE ]]; then
+  xcore=$("${NICE[@]}" "$XCORE" 512K 2>/dev/null | tee -a "$logdir/xcore.log" |
+    awk '{ printf "%s GB/s from another core'"'"'s cache, %s within one, %s rewriting lines another core read", $7, $10, $13 }')
+  [[ -n $xcore ]] && echo "# copies of 512 KiB: $xcore"
+fi
 
 status=0
 for ((rep = 1; rep <= reps; ++rep)); do
@@ -338,6 +349,7 @@ md "(time) favour Loom. One core's memcpy: ${memcpy_best} GB/s. Load average (1,
 md "start: $load_start; at the end: $load_end. Runs started with the CPUs under 85% idle: $busy_runs"
 md "of $all_runs$( ((wait_s)) && echo " (after waiting up to ${wait_s} s for them)")$(
   [[ -n $nice_level ]] && echo "; every run under nice -n $nice_level")."
+[[ -n $xcore ]] && md "Copies of 512 KiB (\`xcore-bw\`): $xcore."
 
 for cfg in "${cfgs[@]}"; do
   echo
