@@ -5,9 +5,10 @@
 // maps, and reduces straight out of the peers' buffers.
 //  * slice variant (large messages): rank r reduces slice r of every rank's
 //    buffer into its own buffer, then every rank copies all reduced slices
-//    out: each byte is reduced once and read n times. From 1 MiB what the
-//    peers read next is written with streaming stores, and a rank's own slice
-//    goes from the reduction straight to its output (shm_direct.cc).
+//    out: each byte is reduced once and read n times. From streamBytes() (1 MiB
+//    on AMD, else 64 MiB) what the peers read next is written with streaming
+//    stores, and a rank's own slice goes from the reduction straight to its
+//    output (shm_direct.cc).
 //  * symmetric variant (small messages): every rank reduces the whole round
 //    itself, in rank order, so results agree bit for bit; one synchronisation
 //    instead of two.
@@ -15,8 +16,8 @@
 //    all-reduce): the input and the round number share each cache line (as
 //    NCCL's LL and LL128), so a poll of a peer's line brings its data; up to
 //    48 bytes take one line.
-// Messages larger than a buffer go in rounds; the two buffers alternate so a
-// rank can fill the next round while slow peers still read the last one.
+// Messages larger than a round go in rounds over three buffers in turn, so a
+// rank can fill the next round while slow peers still read the last ones.
 #pragma once
 
 #include "exec/executor.h"

@@ -74,8 +74,8 @@ constexpr Var kVars[] = {
      "1: at start-up rank 0 times ping-pongs over each kind of link it has and every rank's "
      "tuner prices with that fit (over LOOM_TUNER_TABLE)"},
     {"LOOM_PROTO", "",
-     "protocols: LL (input and flag in one cache line, up to 48 B) or simple; same syntax as "
-     "LOOM_ALGO",
+     "protocols: LL (input and round number in each cache line; up to 384 B, 48 B where "
+     "ranks outnumber cores) or simple; same syntax as LOOM_ALGO",
      "NCCL_PROTO"},
     {"LOOM_KERNEL_ISA", "",
      "force the reduction kernels' level: scalar, avx2 or avx512 (read by algorithms/kernels, "
@@ -90,7 +90,7 @@ constexpr Var kVars[] = {
     {"LOOM_DIRECT_STREAM_BYTES", "0",
      "direct all-reduce: copies with streaming (non-temporal) stores from this many bytes (0: 1 "
      "MiB on AMD CPUs, 64 MiB on others); the output streams from 8 MiB where this is 1 MiB or "
-     "less, else 16 MiB, divided by the ranks a core runs"},
+     "less, else 16 MiB, divided by the ranks a core runs (out of place only)"},
     {"LOOM_DIRECT_SYM_MAX", "-1",
      "direct all-reduce: every rank reduces the whole message up to this many bytes (-1: 64 KiB "
      "divided by the number of ranks)"},

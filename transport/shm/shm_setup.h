@@ -48,7 +48,7 @@ struct ShmLinks {
 
 // localRanks: the ranks on this host, sorted, including `rank`. barrier runs
 // a barrier among all ranks of the communicator. directBytes: size of each
-// of the two direct buffers per rank (0: no direct region).
+// of the three direct buffers per rank (0: no direct region).
 Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t commHash,
                           size_t slotBytes, size_t depth, size_t directBytes,
                           const std::function<Status()>& barrier);
