@@ -38,8 +38,9 @@
 # clamped to 3..2000 iterations, warm-up 2.
 #
 # Output: one merged table per configuration with each library's out-of-place time (us) and
-# busbw (GB/s), the busbw ratios loom/ompi and loom/gloo (above 1: Loom is faster) and, up to
-# 64 KiB where busbw rounds to 0, the time ratios (below 1: Loom is faster). One core's memcpy
+# busbw (GB/s), the busbw ratios loom/ompi and loom/gloo (above 1: Loom is faster), up to
+# 64 KiB where busbw rounds to 0 the time ratios (below 1: Loom is faster), and the busbw ratio
+# loom/ompi in place (each one's best in-place time, from the same runs). One core's memcpy
 # bandwidth (memcpy-bw, 64 MiB, measured at the start and at the end, best kept) is the yardstick
 # for Loom's busbw at 64 MiB. Copies of 512 KiB between two cores and within one (xcore-bw, at
 # the start) show what bounds the middle sizes of shared memory. -o writes the same tables as
@@ -225,8 +226,8 @@ wait_quiet() {  # samples (and with -W, waits for) an idle machine; notes the sh
   echo "# CPUs idle before this run: $p%" >>"$1"
 }
 
-# run CFG PEER SIZE: runs one benchmark at one size; sets RESULT to "time_us busbw wrong" or
-# "fail".
+# run CFG PEER SIZE: runs one benchmark at one size; sets RESULT to "time_us busbw wrong
+# inplace_time_us inplace_busbw" or "fail".
 run() {
   local cfg=$1 peer=$2 size=$3 np=${NP[$1]} n w cmd log
   n=$(iters_for "$size")
@@ -254,11 +255,12 @@ run() {
   timeout -k 10 "$timeout_s" "${NICE[@]}" "${cmd[@]}" >>"$log" 2>&1
   local rc=$?
   # A data row: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
-  RESULT=$(awk -v rc=$rc '$1 ~ /^[0-9]+$/ && NF >= 13 { row = $6 " " $8 " " ($9 + $13) }
+  RESULT=$(awk -v rc=$rc '$1 ~ /^[0-9]+$/ && NF >= 13 { row = $6 " " $8 " " ($9 + $13) " " $10 " " $12 }
                  END { print (rc == 0 && row != "" ? row : "fail") }' "$log")
 }
 
 declare -A RES   # [cfg,peer,size] = "time_us busbw wrong" (best time over -r)
+declare -A IRES  # [cfg,peer,size] = "time_us busbw" in place (best in-place time over -r)
 declare -A WRONG  # [cfg,peer] = total #wrong, or "fail"
 memcpy_bw=()
 
@@ -317,12 +319,16 @@ for ((rep = 1; rep <= reps; ++rep)); do
           echo "compare.sh: $peer failed in $cfg at $size B; see $logdir/$cfg.$peer.$size.log" >&2
           continue
         fi
-        read -r t b wr <<<"$r"
+        read -r t b wr it ib <<<"$r"
         LAST[$cfg,$peer]="$size $t"
         [[ ${WRONG[$cfg,$peer]:-0} == fail ]] || WRONG[$cfg,$peer]=$((${WRONG[$cfg,$peer]:-0} + wr))
         old=${RES[$cfg,$peer,$size]:-}
         if [[ -z $old ]] || awk -v a="$t" -v b="${old%% *}" 'BEGIN { exit !(a < b) }'; then
           RES[$cfg,$peer,$size]="$t $b $wr"
+        fi
+        old=${IRES[$cfg,$peer,$size]:-}
+        if [[ -n $it ]] && { [[ -z $old ]] || awk -v a="$it" -v b="${old%% *}" 'BEGIN { exit !(a < b) }'; }; then
+          IRES[$cfg,$peer,$size]="$it $ib"
         fi
       done
       i=$((i + 1))
@@ -354,16 +360,17 @@ md "of $all_runs$( ((wait_s)) && echo " (after waiting up to ${wait_s} s for the
 for cfg in "${cfgs[@]}"; do
   echo
   echo "## $cfg: ${TITLE[$cfg]}"
-  printf '%10s | %9s %7s | %9s %7s | %9s %7s | %9s %9s | %9s %9s\n' size "loom us" GB/s \
-    "ompi us" GB/s "gloo us" GB/s "bw l/ompi" "bw l/gloo" "t l/ompi" "t l/gloo"
+  printf '%10s | %9s %7s | %9s %7s | %9s %7s | %9s %9s | %9s %9s | %9s\n' size "loom us" GB/s \
+    "ompi us" GB/s "gloo us" GB/s "bw l/ompi" "bw l/gloo" "t l/ompi" "t l/gloo" "in l/ompi"
   md ""
   md "#### $cfg: ${TITLE[$cfg]}"
   md ""
-  md "| size | loom us | loom GB/s | ompi us | ompi GB/s | gloo us | gloo GB/s | busbw loom/ompi | busbw loom/gloo | time loom/ompi | time loom/gloo |"
-  md "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  md "| size | loom us | loom GB/s | ompi us | ompi GB/s | gloo us | gloo GB/s | busbw loom/ompi | busbw loom/gloo | time loom/ompi | time loom/gloo | in place: busbw loom/ompi |"
+  md "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for size in "${sizes[@]}"; do
     line=$(awk -v size="$size" -v l="${RES[$cfg,loom,$size]:-}" -v o="${RES[$cfg,ompi,$size]:-}" \
-      -v g="${RES[$cfg,gloo,$size]:-}" '
+      -v g="${RES[$cfg,gloo,$size]:-}" -v li="${IRES[$cfg,loom,$size]:-}" \
+      -v oi="${IRES[$cfg,ompi,$size]:-}" '
       function t(x) { split(x, a, " "); return a[1] + 0 }
       function fmt_t(x) { if (x == "") return "n/a"; v = t(x)
         return sprintf(v >= 10000 ? "%.0f" : v >= 100 ? "%.1f" : "%.2f", v) }
@@ -372,13 +379,14 @@ for cfg in "${cfgs[@]}"; do
         return sprintf(r >= 100 ? "%.0f" : r >= 10 ? "%.1f" : r >= 0.1 ? "%.2f" : "%.2g", r) }
       BEGIN {
         small = size <= 65536
-        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmt_t(l), fmt_b(l), fmt_t(o), fmt_b(o),
-          fmt_t(g), fmt_b(g), ratio(o, l), ratio(g, l), small ? ratio(l, o) : "-", small ? ratio(l, g) : "-"
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmt_t(l), fmt_b(l), fmt_t(o), fmt_b(o),
+          fmt_t(g), fmt_b(g), ratio(o, l), ratio(g, l), small ? ratio(l, o) : "-", small ? ratio(l, g) : "-",
+          ratio(oi, li)
       }')
-    IFS=$'\t' read -r tl bl to bo tg bg rbo rbg rto rtg <<<"$line"
-    printf '%10s | %9s %7s | %9s %7s | %9s %7s | %9s %9s | %9s %9s\n' "$(human "$size")" \
-      "$tl" "$bl" "$to" "$bo" "$tg" "$bg" "$rbo" "$rbg" "$rto" "$rtg"
-    md "| $(human "$size") | $tl | $bl | $to | $bo | $tg | $bg | $rbo | $rbg | $rto | $rtg |"
+    IFS=$'\t' read -r tl bl to bo tg bg rbo rbg rto rtg rbi <<<"$line"
+    printf '%10s | %9s %7s | %9s %7s | %9s %7s | %9s %9s | %9s %9s | %9s\n' "$(human "$size")" \
+      "$tl" "$bl" "$to" "$bo" "$tg" "$bg" "$rbo" "$rbg" "$rto" "$rtg" "$rbi"
+    md "| $(human "$size") | $tl | $bl | $to | $bo | $tg | $bg | $rbo | $rbg | $rto | $rtg | $rbi |"
   done
   if [[ $cfg == shm* ]]; then
     # The same Loom with loomMemAlloc buffers, measured in the same rotation.
