@@ -262,6 +262,8 @@ run() {
 declare -A RES   # [cfg,peer,size] = "time_us busbw wrong" (best time over -r)
 declare -A IRES  # [cfg,peer,size] = "time_us busbw" in place (best in-place time over -r)
 declare -A WRONG  # [cfg,peer] = total #wrong, or "fail"
+# faster TIME OLD: true where OLD (a kept "time ..." entry) is empty or TIME is below its time.
+faster() { [[ -z $2 ]] || awk -v a="$1" -v b="${2%% *}" 'BEGIN { exit !(a < b) }'; }
 memcpy_bw=()
 
 measure_memcpy() {
@@ -322,14 +324,8 @@ for ((rep = 1; rep <= reps; ++rep)); do
         read -r t b wr it ib <<<"$r"
         LAST[$cfg,$peer]="$size $t"
         [[ ${WRONG[$cfg,$peer]:-0} == fail ]] || WRONG[$cfg,$peer]=$((${WRONG[$cfg,$peer]:-0} + wr))
-        old=${RES[$cfg,$peer,$size]:-}
-        if [[ -z $old ]] || awk -v a="$t" -v b="${old%% *}" 'BEGIN { exit !(a < b) }'; then
-          RES[$cfg,$peer,$size]="$t $b $wr"
-        fi
-        old=${IRES[$cfg,$peer,$size]:-}
-        if [[ -n $it ]] && { [[ -z $old ]] || awk -v a="$it" -v b="${old%% *}" 'BEGIN { exit !(a < b) }'; }; then
-          IRES[$cfg,$peer,$size]="$it $ib"
-        fi
+        faster "$t" "${RES[$cfg,$peer,$size]:-}" && RES[$cfg,$peer,$size]="$t $b $wr"
+        [[ -n $it ]] && faster "$it" "${IRES[$cfg,$peer,$size]:-}" && IRES[$cfg,$peer,$size]="$it $ib"
       done
       i=$((i + 1))
     done

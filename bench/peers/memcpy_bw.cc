@@ -13,15 +13,12 @@
 #include <cstring>
 #include <vector>
 
+#include "perf/perf.h"
+
 int main(int argc, char** argv) {
   size_t bytes = size_t{64} << 20;
   int reps = 20;
-  if (argc > 1) {
-    char* end = nullptr;
-    bytes = std::strtoull(argv[1], &end, 10);
-    const char u = static_cast<char>(*end & ~0x20);
-    bytes <<= u == 'K' ? 10 : u == 'M' ? 20 : u == 'G' ? 30 : 0;
-  }
+  if (argc > 1 && !perf::ParseSize(argv[1], &bytes)) bytes = 0;
   if (argc > 2) reps = std::atoi(argv[2]);
   if (bytes == 0 || reps <= 0 || argc > 3) {
     std::fprintf(stderr, "usage: memcpy-bw [bytes] [repetitions]\n");

@@ -4,7 +4,7 @@
 // lines another core has just read (its buffer, which the peers read in the round before), so
 // these figures bound what it can reach at sizes that stay in the caches.
 //
-// usage: xcore-bw [bytes (K/M suffix)]...        (default: 128K 512K 2M)
+// usage: xcore-bw [bytes (K/M/G suffix)]...      (default: 128K 512K 2M)
 // Two threads, bound to the first two CPUs this process may run on. For each size, repeated:
 // the writer fills a buffer; the reader then copies it (cross: lines in the writer's cache),
 // fills a buffer of its own and copies that (local). The writer's next fill rewrites lines the
@@ -23,6 +23,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "perf/perf.h"
 
 namespace {
 
@@ -101,12 +103,9 @@ Result measure(size_t bytes, int reps, int writerCpu, int readerCpu) {
 int main(int argc, char** argv) {
   std::vector<size_t> sizes;
   for (int i = 1; i < argc; ++i) {
-    char* end = nullptr;
-    size_t b = std::strtoull(argv[i], &end, 10);
-    const char u = static_cast<char>(*end & ~0x20);
-    b <<= u == 'K' ? 10 : u == 'M' ? 20 : 0;
-    if (b == 0 || (u != 0 && u != 'K' && u != 'M') || (u != 0 && end[1] != 0)) {
-      std::fprintf(stderr, "usage: xcore-bw [bytes (K/M suffix)]...\n");
+    size_t b = 0;
+    if (!perf::ParseSize(argv[i], &b) || b == 0) {
+      std::fprintf(stderr, "usage: xcore-bw [bytes (K/M/G suffix)]...\n");
       return 2;
     }
     sizes.push_back(b);

@@ -690,6 +690,22 @@ int Launch(const char* prog, int nranks, int timeout_s, const std::function<int(
 // ---------------------------------------------------------------------------------------------
 // Flags.
 
+bool ParseSize(const char* s, size_t* out) {
+  if (s == nullptr || *s == '\0' || *s == '-' || *s == '+') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (end == s || errno != 0) return false;
+  int shift = 0;
+  if (*end != '\0') {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(*end)));
+    shift = c == 'K' ? 10 : c == 'M' ? 20 : c == 'G' ? 30 : -1;
+    if (shift < 0 || end[1] != '\0' || v > (~0ull >> shift)) return false;
+  }
+  *out = static_cast<size_t>(v << shift);
+  return true;
+}
+
 namespace {
 
 struct Flag {
@@ -736,22 +752,6 @@ constexpr Flag kFlags[] = {
   Usage(fs, "invalid value for " + flag + ": '" + value + "'");
 }
 
-// A non-negative integer with an optional K, M or G suffix (powers of 1024).
-bool ParseSize(const char* s, size_t* out) {
-  if (s == nullptr || *s == '\0' || *s == '-' || *s == '+') return false;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || errno != 0) return false;
-  int shift = 0;
-  if (*end != '\0') {
-    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(*end)));
-    shift = c == 'K' ? 10 : c == 'M' ? 20 : c == 'G' ? 30 : -1;
-    if (shift < 0 || end[1] != '\0' || v > (~0ull >> shift)) return false;
-  }
-  *out = static_cast<size_t>(v << shift);
-  return true;
-}
 
 int FlagInt(const FlagSet& fs, const std::string& flag, const char* arg, long lo, long hi) {
   char* end = nullptr;

@@ -141,4 +141,8 @@ int Launch(const char* prog, int nranks, int timeout_s, const std::function<int(
 // Page-aligned memory of at least `bytes`, every page touched; nullptr on failure.
 void* AllocPrefaulted(size_t bytes);
 
+// A non-negative integer with an optional K, M or G suffix (powers of 1024) into *out; false
+// (and *out untouched) where s is not one or overflows.
+bool ParseSize(const char* s, size_t* out);
+
 }  // namespace perf

@@ -76,10 +76,11 @@ static size_t cachedRoundBytes(const Comm& comm) {
 }
 // streamOutputBytes(): the output, which the caches could not keep, goes to memory with
 // streaming stores from this size, counted over the ranks that share a core (their outputs
-// take turns in its caches), where it is not the input (out of place). 8 MiB where the copies stream from 1 MiB (the AMD guest), else
-// 16 MiB: on the Intel Xeon guest, whose copies stay plain, 2 ranks 32 MiB 3.9 -> 4.9 GB/s,
-// 4 ranks on 2 cores 16 MiB 2.3 -> 2.8 and 32 MiB 2.2 -> 3.1, 8 ranks 8 MiB 1.4 -> 1.9; but
-// 2 ranks 8 MiB 7% slower (docs/PERFORMANCE.md, stop 25).
+// take turns in its caches), where it is not the input (out of place). 8 MiB where the copies
+// stream from 1 MiB or less (the AMD guest), else 16 MiB: on the Intel Xeon guest, whose
+// copies stay plain, 2 ranks 32 MiB 3.9 -> 4.9 GB/s, 4 ranks on 2 cores 16 MiB 2.3 -> 2.8 and
+// 32 MiB 2.2 -> 3.1, 8 ranks 8 MiB 1.4 -> 1.9; but 2 ranks 8 MiB 7% slower
+// (docs/PERFORMANCE.md, stop 25).
 static size_t streamOutputBytes() {
   return streamBytes() <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
 }
