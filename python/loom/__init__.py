@@ -13,9 +13,9 @@ tensors, ...), or a loom.Pointer; failures raise loom.LoomError
 with Loom's message, which names the argument at fault.
 """
 
-from .buffers import DataType, Pointer
+from .buffers import DataType, Pointer, mem_alloc
 from .comm import Communicator, PreMulSum, ReduceOp, group, unique_id, version
 from .errors import LoomError
 
 __all__ = ["Communicator", "DataType", "LoomError", "Pointer", "PreMulSum", "ReduceOp", "group",
-           "unique_id", "version"]
+           "mem_alloc", "unique_id", "version"]

@@ -69,6 +69,8 @@ _PROTOTYPES = {
     "loomRecv": (c_int, [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p]),
     "loomBarrier": (c_int, [c_void_p, c_void_p]),
     "loomCommDumpTrace": (c_int, [c_void_p, c_char_p]),
+    "loomMemAlloc": (c_int, [ctypes.POINTER(c_void_p), c_size_t]),
+    "loomMemFree": (c_int, [c_void_p]),
     "loomGroupStart": (c_int, []),
     "loomGroupEnd": (c_int, []),
 }

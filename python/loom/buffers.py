@@ -12,6 +12,7 @@ import ctypes
 import enum
 import sys
 import threading
+import weakref
 
 from .errors import LoomError, INVALID_ARGUMENT
 
@@ -99,6 +100,46 @@ class Pointer:
         self.address = int(address)
         self.count = int(count)
         self.dtype = to_dtype(dtype)
+
+
+# The buffer-protocol format mem_alloc gives each type: one that View reads back as that type,
+# or, for types the struct module has no code for, one of their size that View refuses without
+# dtype= (so that a bfloat16 buffer is never reduced as integers).
+_MEM_FORMATS = {
+    DataType.INT8: "b", DataType.UINT8: "B", DataType.INT32: "i", DataType.UINT32: "I",
+    DataType.INT64: "q", DataType.UINT64: "Q", DataType.FLOAT16: "e", DataType.FLOAT32: "f",
+    DataType.FLOAT64: "d", DataType.BFLOAT16: "H", DataType.FLOAT8_E4M3: "c",
+    DataType.FLOAT8_E5M2: "c",
+}
+
+
+def mem_alloc(count, dtype="float32"):
+    """`count` elements of `dtype` in memory from loomMemAlloc: shared memory that the ranks
+    of a communicator on this host read in place, so that an all-reduce whose input lies there
+    skips copying it into Loom's buffers (every page is touched at allocation). Returns a
+    writable memoryview of `count` elements, zeroed, whose format gives the type to the
+    collectives (bfloat16 and float8 buffers need dtype= there). NumPy and PyTorch take it
+    without a copy (numpy.frombuffer, torch.frombuffer). The memory is freed (loomMemFree)
+    once neither the view nor anything made from it is left."""
+    dt = to_dtype(dtype)
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        raise LoomError(INVALID_ARGUMENT, "count: %r is not a positive number of elements"
+                        % (count,))
+    from ._lib import load
+    from .errors import check
+
+    lib = load()
+    nbytes = count * SIZES[dt]
+    ptr = ctypes.c_void_p()
+    check(lib.loomMemAlloc(ctypes.byref(ptr), nbytes))
+    try:
+        raw = (ctypes.c_char * nbytes).from_address(ptr.value)
+    except BaseException:
+        lib.loomMemFree(ptr)
+        raise
+    # Every view made from it holds `raw`: the memory goes when the last of them does.
+    weakref.finalize(raw, lib.loomMemFree, ptr.value)
+    return memoryview(raw).cast("B").cast(_MEM_FORMATS[dt])
 
 
 class _PyBuffer(ctypes.Structure):

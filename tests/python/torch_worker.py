@@ -155,6 +155,14 @@ def check_colls():
     bf = torch.ones(4, dtype=torch.bfloat16) * (rank + 1)
     dist.all_reduce(bf)
     expect("all_reduce bfloat16", bf.float(), torch.full((4,), float(world * (world + 1) // 2)))
+    # A tensor over loom.mem_alloc memory (torch.frombuffer, no copy), large enough for the
+    # direct all-reduce's slices, which read such inputs in place.
+    count = 1 << 16
+    shared = torch.frombuffer(loom.mem_alloc(count, "float32"), dtype=torch.float32)
+    pattern = torch.arange(count, dtype=torch.float32) % 7
+    shared.copy_(pattern + rank)
+    dist.all_reduce(shared)
+    expect("all_reduce on loom.mem_alloc memory", shared, pattern * world + sum(range(world)))
     return bad
 
 
