@@ -48,7 +48,7 @@ export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LS
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 if [ $whole = 1 ]; then
-  set -- -L 'unit|mp|sanitize' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|readme_env' "$@"
+  set -- -L 'unit|mp|sanitize' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|peers_compare|readme_env' "$@"
 elif [ $# -eq 0 ]; then
   if [ "$kind" = thread ]; then
     set -- -R 'InitAll|AbortFromAnotherThread|NonBlocking|Shrink'
@@ -56,8 +56,9 @@ elif [ $# -eq 0 ]; then
     # (ctest's regular expressions have no {n}: rank counts from 30 are spelt out)
     # BindAddress forks ranks from a process whose rendezvous thread runs, which the
     # sanitizers' runtimes do not support (a forked rank can hang in the allocator).
-    # verifier_sweeps_small (label sanitize) stands in for the full verifier_sweeps.
-    set -- -L 'unit|mp|sanitize' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|readme_env|soak|^verifier_sweeps$|Forced/CollectivesTest|EveryCase/(1ranks|2ranks|4ranks|3ranks_tcp|8ranks_tcp|8ranks_shm_ring|3ranks_shm_ring)'
+    # verifier_sweeps_small (label sanitize) stands in for the full verifier_sweeps. The
+    # benchmarks (loom-perf's sweeps, compare.sh's peers) run on the plain build.
+    set -- -L 'unit|mp|sanitize' -E 'BindAddress|loom_topo_|nccl_shim|_perf|perf_|peers_compare|readme_env|soak|^verifier_sweeps$|Forced/CollectivesTest|EveryCase/(1ranks|2ranks|4ranks|3ranks_tcp|8ranks_tcp|8ranks_shm_ring|3ranks_shm_ring)'
   fi
 fi
 status=0

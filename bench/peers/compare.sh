@@ -42,8 +42,9 @@
 # 64 KiB where busbw rounds to 0 the time ratios (below 1: Loom is faster), and the busbw ratio
 # loom/ompi in place (each one's best in-place time, from the same runs). One core's memcpy
 # bandwidth (memcpy-bw, 64 MiB, measured at the start and at the end, best kept) is the yardstick
-# for Loom's busbw at 64 MiB. Copies of 512 KiB between two cores and within one (xcore-bw, at
-# the start) show what bounds the middle sizes of shared memory. -o writes the same tables as
+# for Loom's busbw at 64 MiB. Copies of 512 KiB between two cores, within one, and between
+# two cores through process_vm_readv (xcore-bw, at the start) show what bounds the middle sizes
+# of shared memory, for Loom and for Open MPI's single copy. -o writes the same tables as
 # markdown (for docs/PERFORMANCE.md).
 # Each run's own table is kept in the log directory (-l, default a new /tmp/loom-compare.*).
 #
@@ -69,7 +70,7 @@ bytes() {  # 64M -> 67108864
     *[mM]) m=$((1 << 20)); v=${v%?} ;;
     *[gG]) m=$((1 << 30)); v=${v%?} ;;
   esac
-  [[ $v =~ ^[0-9]+$ ]] || { echo "compare.sh: bad size '$1'" >&2; exit 2; }
+  [[ $v =~ ^[0-9]+$ ]] || { echo "compare.sh: $2 '$1': must be a size in bytes (K, M, G suffixes)" >&2; exit 2; }
   echo $((v * m))
 }
 
@@ -89,8 +90,8 @@ while getopts "qo:r:c:b:e:f:t:T:W:N:l:h" opt; do
     o) out=$OPTARG ;;
     r) reps=$OPTARG ;;
     c) configs=$OPTARG ;;
-    b) minb=$(bytes "$OPTARG") || exit 2 ;;
-    e) maxb=$(bytes "$OPTARG") || exit 2 ;;
+    b) minb=$(bytes "$OPTARG" -b) || exit 2 ;;
+    e) maxb=$(bytes "$OPTARG" -e) || exit 2 ;;
     f) factor=$OPTARG ;;
     t) budget_s=$OPTARG ;;
     T) timeout_s=$OPTARG ;;
@@ -103,9 +104,15 @@ done
 shift $((OPTIND - 1))
 (($# <= 1)) || usage
 build=${1:-./build}
-[[ $reps =~ ^[1-9][0-9]*$ && $timeout_s =~ ^[1-9][0-9]*$ && $wait_s =~ ^[0-9]+$ &&
-   $budget_s =~ ^[0-9]+([.][0-9]+)?$ ]] || usage
-[[ -z $nice_level || $nice_level =~ ^-?[0-9]+$ ]] || usage
+bad_flag() {  # flag, value, what it must be
+  echo "compare.sh: $1 '$2': must be $3" >&2
+  exit 2
+}
+[[ $reps =~ ^[1-9][0-9]*$ ]] || bad_flag -r "$reps" "a whole number of sweeps, 1 or more"
+[[ $timeout_s =~ ^[1-9][0-9]*$ ]] || bad_flag -T "$timeout_s" "a whole number of seconds, 1 or more"
+[[ $wait_s =~ ^[0-9]+$ ]] || bad_flag -W "$wait_s" "a whole number of seconds"
+[[ $budget_s =~ ^[0-9]+([.][0-9]+)?$ ]] || bad_flag -t "$budget_s" "a number of seconds (0: no budget)"
+[[ -z $nice_level || $nice_level =~ ^-?[0-9]+$ ]] || bad_flag -N "$nice_level" "a nice level (-20 to 19)"
 NICE=()
 [[ -n $nice_level ]] && NICE=(nice -n "$nice_level")
 
@@ -119,10 +126,10 @@ else
   iter_bytes=$((4 << 30)) nmin=5 nmax=20000 warm=5
 fi
 if ! [[ $factor =~ ^[0-9]+$ ]] || ((factor < 2)); then
-  echo "compare.sh: -f must be >= 2" >&2
+  echo "compare.sh: -f '$factor': must be a whole number, 2 or more" >&2
   exit 2
 fi
-((minb >= 1 && minb <= maxb)) || { echo "compare.sh: need 1 <= -b <= -e" >&2; exit 2; }
+((minb >= 1 && minb <= maxb)) || { echo "compare.sh: -b $minb and -e $maxb: need 1 <= -b <= -e" >&2; exit 2; }
 
 sizes=()
 for ((s = minb; s <= maxb; s *= factor)); do sizes+=("$s"); done
@@ -159,7 +166,7 @@ declare -A TITLE=(
   [tcp4]="4 ranks on $(nproc) cores, TCP loopback (Loom: LOOM_SHM_DISABLE=1; Open MPI: $OMPI_TCP_MCA; Gloo: TCP)")
 IFS=, read -r -a cfgs <<<"$configs"
 for c in "${cfgs[@]}"; do
-  [[ -n ${NP[$c]:-} ]] || { echo "compare.sh: unknown configuration '$c'" >&2; exit 2; }
+  [[ -n ${NP[$c]:-} ]] || { echo "compare.sh: -c: unknown configuration '$c' (shm2, shm4, shm8, tcp2, tcp4)" >&2; exit 2; }
 done
 
 if [[ -z $logdir ]]; then
@@ -295,12 +302,13 @@ echo "# sizes: ${#sizes[@]} ($(human "${sizes[0]}") .. $(human "${sizes[-1]}")),
 
 m=$(measure_memcpy)
 [[ -n $m ]] && memcpy_bw+=("$m") && echo "# memcpy (1 core, $(human $ref_size)): $m GB/s"
-# Copies between two cores beside copies within one (xcore-bw, 512 KiB): what the direct
-# all-reduce's middle sizes are made of. Empty with fewer than 2 CPUs or no xcore-bw.
+# Copies between two cores beside copies within one and through process_vm_readv (xcore-bw,
+# 512 KiB): what the direct all-reduce's middle sizes, and Open MPI's single copy, are made of.
+# Empty with fewer than 2 CPUs or no xcore-bw.
 xcore=""
 if [[ -n $XCORE ]]; then
   xcore=$("${NICE[@]}" "$XCORE" 512K 2>/dev/null | tee -a "$logdir/xcore.log" |
-    awk '{ printf "%s GB/s from another core'"'"'s cache, %s within one, %s rewriting lines another core read", $7, $10, $13 }')
+    awk '{ printf "%s GB/s from another core'"'"'s cache, %s within one, %s rewriting lines another core read, %s through process_vm_readv (Open MPI'"'"'s single copy)", $7, $10, $13, ($16 == "n/a" ? "n/a" : $16 " GB/s") }')
   [[ -n $xcore ]] && echo "# copies of 512 KiB: $xcore"
 fi
 

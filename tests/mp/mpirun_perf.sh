@@ -36,11 +36,8 @@ out=$(timeout 240 mpirun --allow-run-as-root --oversubscribe -np 4 \
   "$perf" -b 8 -e 1M -c 1 2>&1)
 rc=$?
 echo "$out"
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+# shellcheck source=../check_lib.sh
+source "$(dirname "$0")/../check_lib.sh"
 [ $rc -eq 0 ] || fail "mpirun exited with status $rc"
 check_perf_table "$out" 4
 if [ $failures -ne 0 ]; then

@@ -12,11 +12,8 @@ set -uo pipefail
 perf=$1 mpi_perf=${2:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+# shellcheck source=../check_lib.sh
+source "$(dirname "$0")/../check_lib.sh"
 colls=(all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv)
 
 for np in 1 3 4; do

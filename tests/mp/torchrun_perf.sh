@@ -48,11 +48,8 @@ for ((r = 0; r < world; r++)); do
     timeout 240 "$perf" -b 8 -e 1M -c 1 >"$work/rank$r.log" 2>&1 &
   pids+=($!)
 done
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+# shellcheck source=../check_lib.sh
+source "$(dirname "$0")/../check_lib.sh"
 for ((r = 0; r < world; r++)); do
   wait "${pids[$r]}"
   rc=$?

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# bench/peers/compare.sh end to end on small sizes (shm2 and tcp2, 2 sweeps): it exits 0, prints
+# its yardsticks (memcpy, xcore-bw), a table per configuration with a row per size, the same
+# tables as markdown, and every time and ratio it prints is recomputed here from the runs' own
+# logs (each library's best out-of-place and in-place time over the sweeps). Bad flags exit 2
+# with a message naming the flag. Peers that are not installed show as n/a and are not checked.
+# usage: compare_test.sh SOURCE_DIR BUILD_DIR
+# Exit status: 0 pass, 1 fail.
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 SOURCE_DIR BUILD_DIR" >&2; exit 2; }
+src=$1 build=$2
+compare=$src/bench/peers/compare.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=../check_lib.sh
+source "$(dirname "$0")/../check_lib.sh"
+
+timeout 600 "$compare" -c shm2,tcp2 -b 8 -e 32K -f 64 -r 2 -t 0.2 -o "$tmp/table.md" \
+  -l "$tmp/logs" "$build" >"$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { tail -30 "$tmp/out"; fail "compare.sh exited with $rc"; }
+grep -Eq '^# memcpy \(1 core, 64 MiB\): [0-9.]+ GB/s$' "$tmp/out" || fail "no memcpy yardstick line"
+if [ "$(nproc)" -ge 2 ]; then
+  grep -Eq "^# copies of 512 KiB: [0-9.]+ GB/s from another core's cache, [0-9.]+ within one, [0-9.]+ rewriting lines another core read, ([0-9.]+ GB/s|n/a) through process_vm_readv" \
+    "$tmp/out" || fail "no xcore-bw line"
+fi
+
+# Every printed number against the logs.
+python3 - "$tmp/out" "$tmp/table.md" "$tmp/logs" <<'EOF' || fail "tables do not match the logs"
+import os, re, sys
+
+out_path, md_path, logs = sys.argv[1:4]
+sizes = {"8 B": 8, "512 B": 512, "32 KiB": 32768}
+bad = []
+
+
+def best(cfg, lib, size):
+    """(best out-of-place us, best in-place us) over the sweeps, or None where the library
+    did not run (not installed)."""
+    path = os.path.join(logs, "%s.%s.%d.log" % (cfg, lib, size))
+    if not os.path.exists(path):
+        return None
+    rows = [l.split() for l in open(path) if re.match(r"^\s+%d\s" % size, l)]
+    if len(rows) != 2:
+        bad.append("%s: %d result rows, expected 2 (one a sweep)" % (path, len(rows)))
+        return None
+    return min(float(r[5]) for r in rows), min(float(r[9]) for r in rows)
+
+
+def near(printed, value, what):
+    """printed (a string: n/a, or a number rounded to its printed digits) against value."""
+    if value is None:
+        if printed != "n/a":
+            bad.append("%s: printed %s where the library did not run" % (what, printed))
+        return
+    try:
+        p = float(printed)
+    except ValueError:
+        bad.append("%s: %r is not a number (want %.4g)" % (what, printed, value))
+        return
+    digits = printed.split(".")[1] if "." in printed else ""
+    if abs(p - value) > 0.5 * 10 ** -len(digits) + 1e-3 * abs(value) + 1e-12:
+        bad.append("%s: printed %s, the logs give %.4g" % (what, printed, value))
+
+
+def ratio(a, b):
+    return None if a is None or b is None else a / b
+
+
+text = open(out_path).read()
+md = open(md_path).read()
+for cfg in ("shm2", "tcp2"):
+    sect = re.search(r"^## %s:.*?(?=^## |\Z)" % cfg, text, re.M | re.S)
+    msect = re.search(r"^#### %s:.*?(?=^#### |\Z)" % cfg, md, re.M | re.S)
+    if not sect or not msect:
+        bad.append("%s: no table (text %s, markdown %s)" % (cfg, bool(sect), bool(msect)))
+        continue
+    rows = {}
+    for line in sect.group(0).splitlines():
+        cells = [c.split() for c in line.split("|")]
+        label = " ".join(cells[0])
+        if label in sizes and len(cells) in (7, 4):  # the main table's rows, the loomR table's
+            rows.setdefault(label, []).append([x for c in cells[1:] for x in c])
+    for label, size in sizes.items():
+        got = rows.get(label, [])
+        # The main table, then (shared memory) the loomMemAlloc table.
+        if len(got) != (2 if cfg.startswith("shm") else 1):
+            bad.append("%s %s: %d rows" % (cfg, label, len(got)))
+            continue
+        t = {lib: best(cfg, lib, size) for lib in ("loom", "ompi", "gloo", "loomR")}
+        out_ = {k: (v[0] if v else None) for k, v in t.items()}
+        in_ = {k: (v[1] if v else None) for k, v in t.items()}
+        m = got[0]  # loom us, GB/s, ompi us, GB/s, gloo us, GB/s, bw l/ompi, bw l/gloo, t l/ompi, t l/gloo, in l/ompi
+        w = "%s %s" % (cfg, label)
+        near(m[0], out_["loom"], w + " loom us")
+        near(m[2], out_["ompi"], w + " ompi us")
+        near(m[4], out_["gloo"], w + " gloo us")
+        near(m[6], ratio(out_["ompi"], out_["loom"]), w + " busbw loom/ompi")
+        near(m[7], ratio(out_["gloo"], out_["loom"]), w + " busbw loom/gloo")
+        near(m[8], ratio(out_["loom"], out_["ompi"]), w + " time loom/ompi")
+        near(m[9], ratio(out_["loom"], out_["gloo"]), w + " time loom/gloo")
+        near(m[10], ratio(in_["ompi"], in_["loom"]), w + " in place busbw loom/ompi")
+        mdrow = re.search(r"^\| %s \| (.*) \|$" % re.escape(label), msect.group(0), re.M)
+        if not mdrow or mdrow.group(1).split(" | ") != m:
+            bad.append("%s: markdown row %s, text row %s" % (w, mdrow and mdrow.group(1), m))
+        if cfg.startswith("shm"):
+            r = got[1]  # loom us, GB/s, loomR us, GB/s, bw R/loom, bw R/ompi
+            near(r[2], out_["loomR"], w + " loomR us")
+            near(r[4], ratio(out_["loom"], out_["loomR"]), w + " busbw loomR/loom")
+            near(r[5], ratio(out_["ompi"], out_["loomR"]), w + " busbw loomR/ompi")
+    if not re.search(r"^# Wrong results \(#wrong\): loom 0, ompi (0|n/a), gloo (0|n/a)",
+                     sect.group(0), re.M):
+        bad.append("%s: no all-zero wrong-results line" % cfg)
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+[ $failures -eq 0 ] && echo "PASS: shm2 and tcp2 tables, 3 sizes, every number against the logs"
+
+# Bad flags: exit 2, the flag named, nothing run.
+for args in "-c bogus:-c" "-r 0:-r" "-f 1:-f" "-t abc:-t" "-T 0:-T" "-W x:-W" "-N abc:-N" \
+            "-b 12Q:-b" "-b 1K -e 8:-b"; do
+  flags=${args%%:*} want=${args##*:}
+  # shellcheck disable=SC2086
+  msg=$("$compare" $flags "$build" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "compare.sh $flags exited with $rc, expected 2"
+  grep -q -- "$want" <<<"$msg" || fail "compare.sh $flags: message does not name $want: $msg"
+done
+[ $failures -eq 0 ] && echo "PASS: bad flags exit 2 and name the flag"
+[ $failures -eq 0 ]
