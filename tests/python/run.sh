@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Python package's tests with python3 -m unittest against a built libloom.
-#   run.sh LIBLOOM bindings   test_loom.py and test_dlpack.py, then `pip install` of python/
+#   run.sh LIBLOOM bindings   test_loom.py and test_dlpack.py, a smoke run of
+#                             bench/python/mem_alloc_bench.py, then `pip install` of python/
 #                             into a temporary folder (offline, --no-build-isolation) and an
 #                             import of the installed copy
 #   run.sh LIBLOOM torch      test_torch_backend.py; exit 77 (skip) where torch is not installed
@@ -24,6 +25,12 @@ case $2 in
     "$py" -m unittest -v test_loom test_dlpack 2>&1
     rc=$?
     [ $rc -eq 0 ] || exit $rc
+    # The mem_alloc benchmark's smoke run: it checks its sums and prints a ratio per rank count.
+    out=$("$py" "$here/../../bench/python/mem_alloc_bench.py" --quick 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -eq 0 ] && [ "$(grep -cE '^mem_alloc_bench: ranks [24] .* ratio [0-9.]+$' <<<"$out")" -eq 2 ] ||
+      { echo "FAIL: bench/python/mem_alloc_bench.py --quick"; exit 1; }
     # An offline install of the package, used from outside the source tree.
     # An interpreter with pip, setuptools and wheel (Debian: python3-pip, python3-wheel).
     pip_py=

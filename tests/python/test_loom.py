@@ -353,6 +353,7 @@ def error_cases():
         "timeout": lambda: loom.Communicator(0, 1, uid, timeout_ms=-1),
         "mem count": lambda: loom.mem_alloc(0),
         "mem count type": lambda: loom.mem_alloc(2.5),
+        "mem count huge": lambda: loom.mem_alloc(1 << 62, "float64"),
         "mem dtype": lambda: loom.mem_alloc(4, "complex64"),
         "mem bfloat16": lambda: comm.all_reduce(loom.mem_alloc(4, "bfloat16")),
     }
@@ -405,6 +406,7 @@ class Errors(unittest.TestCase):
         self.expect("timeout", "timeout_ms")
         self.expect("mem count", "count", "0")
         self.expect("mem count type", "count", "2.5")
+        self.expect("mem count huge", "count", str(1 << 62))
         self.expect("mem dtype", "dtype", "complex64")
         # A bfloat16 buffer's format is 16-bit integers, which Loom does not reduce: never
         # taken for another type, it needs dtype= (as in test_mem_alloc_buffers).
