@@ -31,8 +31,9 @@ def body(comm, rank, n, count, iters, reps):
             for _ in range(iters):
                 comm.all_reduce(send, recv)
             times[name].append((time.perf_counter() - t) / iters * 1e6)
-        if list(recv[:4]) != [float(n)] * 4 or list(shared[1][:4]) != [float(n)] * 4:
-            raise AssertionError("rank %d: wrong sum %s" % (rank, list(recv[:4])))
+        for name, (_, recv) in (("plain", plain), ("mem_alloc", shared)):
+            if list(recv[:4]) != [float(n)] * 4:
+                raise AssertionError("rank %d, %s: wrong sum %s" % (rank, name, list(recv[:4])))
     return times
 
 

@@ -125,14 +125,14 @@ def mem_alloc(count, dtype="float32"):
     if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
         raise LoomError(INVALID_ARGUMENT, "count: %r is not a positive number of elements"
                         % (count,))
-    if count * SIZES[dt] >= 1 << 63:
+    nbytes = count * SIZES[dt]
+    if nbytes >= 1 << 63:
         raise LoomError(INVALID_ARGUMENT, "count: %d %s elements is more memory than any machine "
                         "has" % (count, dt.name.lower()))
     from ._lib import load
     from .errors import check
 
     lib = load()
-    nbytes = count * SIZES[dt]
     ptr = ctypes.c_void_p()
     check(lib.loomMemAlloc(ctypes.byref(ptr), nbytes))
     try:
