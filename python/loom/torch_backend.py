@@ -176,24 +176,63 @@ class ProcessGroupLoom(dist.ProcessGroup):
         return LoomWork([output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        sizes = {t.numel() for t in list(output_tensors) + list(input_tensors)}
-        if len(sizes) != 1:
-            raise LoomError(INVALID_ARGUMENT, "input_tensors: alltoall with unequal splits is "
-                            "not supported by the loom backend")
         send = _flat(input_tensors, "input_tensors")
-        recv = torch.empty_like(send)
-        self._comm.all_to_all(_ptr(send, "input"), _ptr(recv, "output"))
-        n = sizes.pop()
-        for r, o in enumerate(output_tensors):
-            o.copy_(recv[r * n:(r + 1) * n].view_as(o))
+        recv = torch.empty(sum(o.numel() for o in output_tensors), dtype=send.dtype)
+        sizes = {t.numel() for t in list(output_tensors) + list(input_tensors)}
+        if len(sizes) == 1:
+            self._comm.all_to_all(_ptr(send, "input"), _ptr(recv, "output"))
+        else:
+            self._comm.all_to_all_v(_ptr(send, "input"), [t.numel() for t in input_tensors],
+                                    _ptr(recv, "output"), [o.numel() for o in output_tensors])
+        offset = 0
+        for o in output_tensors:
+            o.copy_(recv[offset:offset + o.numel()].view_as(o))
+            offset += o.numel()
         return LoomWork(output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        if output_split_sizes or input_split_sizes:
-            raise LoomError(INVALID_ARGUMENT, "output_split_sizes: unequal splits are not "
-                            "supported by the loom backend")
-        self._comm.all_to_all(_ptr(input, "input"), _ptr(output, "output"))
+        if not output_split_sizes and not input_split_sizes:
+            self._comm.all_to_all(_ptr(input, "input"), _ptr(output, "output"))
+            return LoomWork([output])
+        # Splits count rows (the first dimension); absent, the rows split equally.
+        self._comm.all_to_all_v(_ptr(input, "input"), self._split(input, input_split_sizes, "input"),
+                                _ptr(output, "output"),
+                                self._split(output, output_split_sizes, "output"))
         return LoomWork([output])
+
+    def _split(self, t, splits, arg):
+        n = self.size()
+        rows = t.size(0) if t.dim() > 0 else 1
+        row = t.numel() // rows if rows else 0
+        if not splits:
+            if rows % n:
+                raise LoomError(INVALID_ARGUMENT, "%s_split_sizes: none given, and %d rows do not "
+                                "split into %d equal blocks" % (arg, rows, n))
+            return [rows // n * row] * n
+        if len(splits) != n or sum(splits) != rows:
+            raise LoomError(INVALID_ARGUMENT, "%s_split_sizes: %s for %d ranks and %d rows"
+                            % (arg, list(splits), n, rows))
+        return [s * row for s in splits]
+
+    def gather(self, output_tensors, input_tensors, opts):
+        root = opts.rootRank
+        t = input_tensors[0].contiguous()
+        if self.rank() != root:
+            self._comm.gather(_ptr(t, "input_tensors[0]"), None, root=root)
+            return LoomWork(output_tensors)
+        flat = torch.empty(t.numel() * self.size(), dtype=t.dtype)
+        self._comm.gather(_ptr(t, "input_tensors[0]"), _ptr(flat, "output"), root=root)
+        for r, o in enumerate(output_tensors[0]):
+            o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
+        return LoomWork(output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        root = opts.rootRank
+        out = output_tensors[0]
+        send = _flat(input_tensors[0], "input_tensors[0]") if self.rank() == root else None
+        self._comm.scatter(_ptr(send, "input") if send is not None else None,
+                           _ptr(out, "output_tensors[0]"), root=root)
+        return LoomWork(output_tensors)
 
     def barrier(self, opts=None):
         self._comm.barrier()

@@ -98,6 +98,43 @@ def body_gather_family(comm, rank, n, count):
     return list(gathered), list(rs_out), list(a2a_out)
 
 
+def vcount(src, dst):
+    """Elements rank src sends rank dst in the unequal all-to-all (0 for some pairs)."""
+    return (3 * src + 5 * dst) % 7
+
+
+def body_variable(comm, rank, n):
+    # Unequal all-to-all, the blocks end to end, then with gaps between the received blocks
+    # (displacements); the gaps keep their sentinel.
+    send_counts = [vcount(rank, j) for j in range(n)]
+    recv_counts = [vcount(j, rank) for j in range(n)]
+    send = array.array("q", [rank * 1000 + j * 100 + k for j in range(n) for k in range(send_counts[j])])
+    recv = array.array("q", [-1] * sum(recv_counts))
+    comm.all_to_all_v(send, send_counts, recv, recv_counts)
+    displs = [sum(recv_counts[:j]) + 2 * j for j in range(n)]
+    spaced = array.array("q", [-1] * (sum(recv_counts) + 2 * n))
+    comm.all_to_all_v(send, tuple(send_counts), spaced, recv_counts, recv_displs=displs)
+    # Blocks of up to 420 KiB, past the transports' slots.
+    big_send = array.array("q", [rank * 10**7 + j * 10**6 + k for j in range(n)
+                                 for k in range(send_counts[j] * 9000)])
+    big_recv = array.array("q", [-1] * (sum(recv_counts) * 9000))
+    comm.all_to_all_v(big_send, [c * 9000 for c in send_counts], big_recv,
+                      [c * 9000 for c in recv_counts])
+    big_want = [j * 10**7 + rank * 10**6 + k for j in range(n) for k in range(recv_counts[j] * 9000)]
+    # Gather and scatter from every root.
+    gathered, scattered = [], []
+    for root in range(n):
+        out = array.array("d", [0.0] * (5 * n)) if rank == root else None
+        comm.gather(array.array("d", [rank * 10.0 + k + root for k in range(5)]), out, root=root)
+        gathered.append(list(out) if out is not None else None)
+        src = array.array("i", [j * 10 + k + root for j in range(n) for k in range(3)]) \
+            if rank == root else None
+        mine = array.array("i", [0] * 3)
+        comm.scatter(src, mine, root=root)
+        scattered.append(list(mine))
+    return list(recv), list(spaced), gathered, scattered, list(big_recv) == big_want
+
+
 def body_send_recv(comm, rank, n, count):
     nxt, prev = (rank + 1) % n, (rank - 1) % n
     got = bytearray(count)
@@ -232,6 +269,22 @@ class Collectives(unittest.TestCase):
                 self.assertEqual(a2a, [src * 1000 + rank * count + i
                                        for src in range(n) for i in range(count)])
 
+    def test_all_to_all_v_gather_scatter(self):
+        for n in RANKS:
+            for rank, (recv, spaced, gathered, scattered, big_ok) in enumerate(
+                    run_ranks(n, body_variable)):
+                self.assertTrue(big_ok, "rank %d of %d: large blocks" % (rank, n))
+                blocks = [[j * 1000 + rank * 100 + k for k in range(vcount(j, rank))] for j in range(n)]
+                self.assertEqual(recv, [x for b in blocks for x in b])
+                self.assertEqual(spaced, [x for b in blocks for x in b + [-1, -1]])
+                for root in range(n):
+                    if rank == root:
+                        self.assertEqual(gathered[root], [r * 10.0 + k + root for r in range(n)
+                                                          for k in range(5)])
+                    else:
+                        self.assertIsNone(gathered[root])
+                    self.assertEqual(scattered[root], [rank * 10 + k + root for k in range(3)])
+
     def test_send_recv_ring_and_barrier(self):
         count = 4099
         for n in RANKS:
@@ -356,6 +409,16 @@ def error_cases():
         "mem count huge": lambda: loom.mem_alloc(1 << 62, "float64"),
         "mem dtype": lambda: loom.mem_alloc(4, "complex64"),
         "mem bfloat16": lambda: comm.all_reduce(loom.mem_alloc(4, "bfloat16")),
+        "a2av counts length": lambda: comm.all_to_all_v(f, [1, 1], f, [2]),
+        "a2av negative": lambda: comm.all_to_all_v(f, [-1], f, [2]),
+        "a2av counts type": lambda: comm.all_to_all_v(f, 2, f, [2]),
+        "a2av past end": lambda: comm.all_to_all_v(f, [3], f, [2]),
+        "a2av displs": lambda: comm.all_to_all_v(f, [2], f, [2], recv_displs=[1]),
+        "a2av self": lambda: comm.all_to_all_v(f, [1], f, [2]),
+        "rooted gather size": lambda: comm.gather(f, array.array("f", [0.0] * 3)),
+        "gather root": lambda: comm.gather(f, f, root=1),
+        "scatter size": lambda: comm.scatter(array.array("f", [0.0] * 3), f),
+        "scatter none": lambda: comm.scatter(None, f),
     }
     out = {}
     for name, call in cases.items():
@@ -401,13 +464,23 @@ class Errors(unittest.TestCase):
         self.expect("contiguous", "sendbuff", "contiguous")
         self.expect("dtype name", "dtype", "complex64")
         self.expect("not a buffer", "sendbuff", "list")
-        self.expect("gather size", "recvbuff")
+        self.expect("gather size", "recvbuff", "1 elements", "all_gather needs 2")
         self.expect("uid", "unique_id", "5 bytes")
         self.expect("timeout", "timeout_ms")
         self.expect("mem count", "count", "0")
         self.expect("mem count type", "count", "2.5")
         self.expect("mem count huge", "count", str(1 << 62))
         self.expect("mem dtype", "dtype", "complex64")
+        self.expect("a2av counts length", "send_counts", "2 entries for 1 ranks")
+        self.expect("a2av negative", "send_counts", "[0] is -1")
+        self.expect("a2av counts type", "send_counts", "int")
+        self.expect("a2av past end", "send_counts", "ends at element 3", "2 of sendbuff")
+        self.expect("a2av displs", "recv_counts", "ends at element 3")
+        self.expect("a2av self", "recv_counts", "sends itself 1")
+        self.expect("rooted gather size", "recvbuff", "3 elements", "gather needs 2")
+        self.expect("gather root", "root", "outside [0, 1)")
+        self.expect("scatter size", "sendbuff", "3 elements", "scatter needs 2")
+        self.expect("scatter none", "sendbuff", "None")
         # A bfloat16 buffer's format is 16-bit integers, which Loom does not reduce: never
         # taken for another type, it needs dtype= (as in test_mem_alloc_buffers).
         self.expect("mem bfloat16", "sendbuff", "'H'")

@@ -141,6 +141,27 @@ def check_colls():
     dist.all_to_all_single(single, torch.arange(world * 2, dtype=torch.int64) + 100 * rank)
     want = torch.tensor([100 * r + 2 * rank + k for r in range(world) for k in range(2)])
     expect("all_to_all_single", single, want)
+    # Unequal splits (rows of 2 elements; rank i sends rank j i + j + 1 rows), as a list and
+    # as one tensor.
+    rows = lambda i, j: i + j + 1  # noqa: E731
+    ins = [torch.full((rows(rank, j), 2), float(100 * rank + j)) for j in range(world)]
+    outs = [torch.zeros(rows(r, rank), 2) for r in range(world)]
+    dist.all_to_all(outs, ins)
+    for r in range(world):
+        expect("all_to_all unequal[%d]" % r, outs[r], torch.full((rows(r, rank), 2), float(100 * r + rank)))
+    out = torch.zeros(sum(rows(r, rank) for r in range(world)), 2)
+    dist.all_to_all_single(out, torch.cat(ins), output_split_sizes=[rows(r, rank) for r in range(world)],
+                           input_split_sizes=[rows(rank, j) for j in range(world)])
+    expect("all_to_all_single splits", out, torch.cat(outs))
+    for root in range(world):
+        parts = [torch.zeros(4) for _ in range(world)] if rank == root else None
+        dist.gather(mine()[:4] + root, parts, dst=root)
+        if rank == root:
+            expect("gather %d" % root, torch.cat(parts), torch.cat([e[:4] + root for e in every]))
+        got = torch.zeros(3, dtype=torch.int32)
+        src = [torch.arange(3, dtype=torch.int32) + 10 * j + root for j in range(world)]
+        dist.scatter(got, src if rank == root else None, src=root)
+        expect("scatter %d" % root, got, torch.arange(3, dtype=torch.int32) + 10 * rank + root)
     if world > 1:
         nxt, prev = (rank + 1) % world, (rank - 1) % world
         got = torch.zeros(5, dtype=torch.float64)
