@@ -272,6 +272,26 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
 
+/// Unequal blocks: sendcounts[r] elements from sendbuff + sdispls[r] go to rank r, which
+/// receives them at recvbuff + rdispls[rank] (recvcounts[rank] elements, which must equal
+/// what this rank sends it). Counts and displacements are in elements, one entry per rank;
+/// NULL displacements put the blocks end to end. Issued as one group of loomSend and loomRecv
+/// (within an enclosing loomGroupStart/End, it joins that group); counts that do not match
+/// between two ranks fail on both with loomInvalidUsage, not a hang.
+loomResult_t loomAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+
+/// recvbuff[r * sendcount ...] on root = rank r's sendbuff; recvbuff is not used on the
+/// other ranks (NULL there is fine). Sends and receives in one group, as loomAllToAllv.
+loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                        loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
+
+/// recvbuff = root's sendbuff[rank * recvcount ...]; sendbuff is not used on the other ranks
+/// (NULL there is fine). Sends and receives in one group, as loomAllToAllv.
+loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
+
 /// Sends count elements to peer; matched in order with peer's loomRecv.
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream);

@@ -5,7 +5,7 @@ import ctypes
 import enum
 
 from . import _lib
-from .buffers import SIZES, Pointer, View, group_enter, group_exit, to_dtype
+from .buffers import View, group_enter, group_exit, to_dtype
 from .errors import LoomError, INVALID_ARGUMENT, check
 
 
@@ -291,61 +291,49 @@ class Communicator:
 
     def all_to_all_v(self, send, send_counts, recv, recv_counts, *, send_displs=None,
                      recv_displs=None, dtype=None):
-        """Unequal blocks: send_counts[j] elements of send, from send_displs[j] (default: the
-        blocks end to end), go to rank j, which receives them at recv_displs[rank] of its recv
-        (recv_counts[rank] elements, equal to what this rank sends it). Sends and receives are
-        issued as one group (loomSend and loomRecv between loomGroupStart and loomGroupEnd);
-        a rank's block to itself is copied here."""
+        """Unequal blocks (loomAllToAllv): send_counts[j] elements of send, from send_displs[j]
+        (default: the blocks end to end), go to rank j, which receives them at
+        recv_displs[rank] of its recv (recv_counts[rank] elements, equal to what this rank
+        sends it)."""
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, r.count, "all_to_all_v")
-            send_counts, so = self._layout(send_counts, send_displs, s.count, "send")
-            recv_counts, ro = self._layout(recv_counts, recv_displs, r.count, "recv")
-            me = self.rank
-            if send_counts[me] != recv_counts[me]:
-                raise LoomError(INVALID_ARGUMENT, "recv_counts: [%d] is %d, but this rank sends "
-                                "itself %d elements (send_counts[%d])"
-                                % (me, recv_counts[me], send_counts[me], me))
-            self._exchange(s, r, [(j, so[j], send_counts[j]) for j in range(self.size)],
-                           [(j, ro[j], recv_counts[j]) for j in range(self.size)])
+            arrays = [self._layout(send_counts, send_displs, s.count, "send"),
+                      self._layout(recv_counts, recv_displs, r.count, "recv")]
+            sc, sd, rc, rd = [(ctypes.c_size_t * self.size)(*x) for pair in arrays for x in pair]
+            check(self._lib.loomAllToAllv(s.address, sc, sd, r.address, rc, rd, s.dtype,
+                                          self._h(), None))
 
     def gather(self, send, recv=None, root=0, *, dtype=None):
         """Every rank's send, in rank order, into root's recv (size * len(send) elements;
         recv is not read on other ranks and may be None there)."""
         root = self._root(root)
-        n, me = self.size, self.rank
         with View(send, "sendbuff", writable=False, dtype=dtype) as s:
-            if me != root:
-                self._check_rank(root, "root")
-                self._exchange(s, None, [(root, 0, s.count)], [])
+            if self.rank != root:
+                check(self._lib.loomGather(s.address, None, s.count, s.dtype, root, self._h(), None))
                 return
             with View(self._out(recv), "recvbuff", writable=True, dtype=dtype) as r:
-                self._same(s, r, s.count * n, "gather")
-                self._exchange(s, r, [(me, 0, s.count)],
-                               [(q, q * s.count, s.count) for q in range(n)])
+                self._same(s, r, s.count * self.size, "gather")
+                check(self._lib.loomGather(s.address, r.address, s.count, s.dtype, root, self._h(),
+                                           None))
 
     def scatter(self, send, recv, root=0, *, dtype=None):
         """Block j of root's send (size * len(recv) elements) into rank j's recv; send is not
         read on other ranks and may be None there."""
         root = self._root(root)
-        n, me = self.size, self.rank
         with View(self._out(recv), "recvbuff", writable=True, dtype=dtype) as r:
-            if me != root:
-                self._check_rank(root, "root")
-                self._exchange(None, r, [], [(root, 0, r.count)])
+            if self.rank != root:
+                check(self._lib.loomScatter(None, r.address, r.count, r.dtype, root, self._h(),
+                                            None))
                 return
             with View(send, "sendbuff", writable=False, dtype=dtype) as s:
                 if s.dtype != r.dtype:
                     raise LoomError(INVALID_ARGUMENT, "recvbuff: holds %s, sendbuff holds %s"
                                     % (r.dtype.name.lower(), s.dtype.name.lower()))
-                if s.count != r.count * n:
+                if s.count != r.count * self.size:
                     raise LoomError(INVALID_ARGUMENT, "sendbuff: %d elements, scatter needs %d "
-                                    "(size * len(recvbuff))" % (s.count, r.count * n))
-                self._exchange(s, r, [(q, q * r.count, r.count) for q in range(n)],
-                               [(me, 0, r.count)])
-
-    def _check_rank(self, r, arg):
-        if not 0 <= r < self.size:
-            raise LoomError(INVALID_ARGUMENT, "%s: %d is outside [0, %d)" % (arg, r, self.size))
+                                    "(size * len(recvbuff))" % (s.count, r.count * self.size))
+                check(self._lib.loomScatter(s.address, r.address, r.count, r.dtype, root,
+                                            self._h(), None))
 
     def _layout(self, counts, displs, total, side):
         """The blocks' counts and offsets (displs, or the blocks end to end), as lists checked
@@ -375,25 +363,6 @@ class Communicator:
                 raise LoomError(INVALID_ARGUMENT, "%s_counts: block %d ends at element %d, past "
                                 "the %d of %sbuff" % (side, j, offsets[j] + counts[j], total, side))
         return counts, offsets
-
-    def _exchange(self, s, r, sends, recvs):
-        """Blocks (peer, offset, count) of s to send and of r to receive, as one group; a block
-        to this rank itself is copied from the matching send block."""
-        me = self.rank
-        local = {}
-        with group():
-            for q, off, cnt in sends:
-                if q == me:
-                    local["src"] = s.address + off * SIZES[s.dtype]
-                elif cnt > 0:
-                    self.send(Pointer(s.address + off * SIZES[s.dtype], cnt, s.dtype), q)
-            for q, off, cnt in recvs:
-                if q == me:
-                    local["dst"], local["bytes"] = r.address + off * SIZES[r.dtype], cnt * SIZES[r.dtype]
-                elif cnt > 0:
-                    self.recv(Pointer(r.address + off * SIZES[r.dtype], cnt, r.dtype), q)
-        if local.get("bytes"):
-            ctypes.memmove(local["dst"], local["src"], local["bytes"])
 
     def send(self, buf, peer, *, dtype=None):
         """Sends buf to peer (matched in order with peer's recv)."""

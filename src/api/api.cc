@@ -411,6 +411,99 @@ Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType
   return submit(c, comm);
 }
 
+// One block of a call built from sends and receives: count elements at offset (elements).
+struct Block {
+  int peer;
+  size_t offset, count;
+};
+
+// Sends and receives of whole blocks as one group. The arguments are checked by the caller,
+// so every block is queued or none is.
+Status exchange(loomComm* h, loomDataType_t dt, loomStream_t stream, const void* sendbuff,
+                const std::vector<Block>& sends, void* recvbuff, const std::vector<Block>& recvs) {
+  using namespace loom::api;
+  const size_t es = loom::kernels::typeSize(dt);
+  return runAsGroup([&]() -> Status {
+    for (const Block& b : sends)
+      if (b.count > 0)
+        LOOM_CHECK(pointToPoint(Call::Send, static_cast<const char*>(sendbuff) + b.offset * es,
+                                b.count, dt, b.peer, h, stream));
+    for (const Block& b : recvs)
+      if (b.count > 0)
+        LOOM_CHECK(pointToPoint(Call::Recv, static_cast<char*>(recvbuff) + b.offset * es,
+                                b.count, dt, b.peer, h, stream));
+    return Status::ok();
+  });
+}
+
+// The blocks that counts and displs (NULL: end to end) give, checked: each count and each
+// block's end in elements must fit in size_t bytes, and buf may be NULL only when all are 0.
+Status blocksOf(const size_t* counts, const size_t* displs, int n, loomDataType_t dt,
+                const void* buf, const char* countsArg, const char* displsArg, const char* bufArg,
+                std::vector<Block>* out) {
+  using namespace loom::api;
+  if (counts == nullptr) return LOOM_ERROR(loomInvalidArgument, std::string(countsArg) + ": NULL");
+  const size_t limit = SIZE_MAX / loom::kernels::typeSize(dt);
+  size_t next = 0;
+  out->clear();
+  for (int r = 0; r < n; ++r) {
+    const std::string at = "[" + std::to_string(r) + "]";
+    const size_t off = displs != nullptr ? displs[r] : next;
+    if (counts[r] > limit || off > limit - counts[r])
+      return LOOM_ERROR(loomInvalidArgument,
+                        std::string(displs != nullptr ? displsArg : countsArg) + at + ": block " +
+                            std::to_string(r) + " (" + std::to_string(counts[r]) +
+                            " elements from element " + std::to_string(off) +
+                            ") ends past what size_t counts in bytes");
+    LOOM_CHECK(checkBuf(buf, counts[r], bufArg));
+    out->push_back(Block{r, off, counts[r]});
+    next = off + counts[r];
+  }
+  return Status::ok();
+}
+
+Status allToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                 void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
+                 loomDataType_t dt, loomComm* h, loomStream_t stream) {
+  using namespace loom::api;
+  LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
+  const int n = comm->nranks(), me = comm->rank();
+  std::vector<Block> sends, recvs;
+  LOOM_CHECK(blocksOf(sendcounts, sdispls, n, dt, sendbuff, "sendcounts", "sdispls", "sendbuff",
+                      &sends));
+  LOOM_CHECK(blocksOf(recvcounts, rdispls, n, dt, recvbuff, "recvcounts", "rdispls", "recvbuff",
+                      &recvs));
+  if (recvcounts[me] != sendcounts[me])
+    return LOOM_ERROR(loomInvalidArgument,
+                      "recvcounts[" + std::to_string(me) + "]: " + std::to_string(recvcounts[me]) +
+                          " elements, but this rank sends itself " +
+                          std::to_string(sendcounts[me]) + " (sendcounts[" +
+                          std::to_string(me) + "])");
+  return exchange(h, dt, stream, sendbuff, sends, recvbuff, recvs);
+}
+
+// Gather (toRoot) or scatter: count elements a rank, block r of root's buffer for rank r.
+Status rooted(bool toRoot, const void* sendbuff, void* recvbuff, size_t count, loomDataType_t dt,
+              int root, loomComm* h, loomStream_t stream) {
+  using namespace loom::api;
+  LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
+  const int n = comm->nranks(), me = comm->rank();
+  LOOM_CHECK(checkRank(root, n, "root"));
+  LOOM_CHECK(checkCount(count, static_cast<size_t>(n), dt, toRoot ? "sendcount" : "recvcount"));
+  std::vector<Block> all;
+  for (int r = 0; r < n && me == root; ++r)
+    all.push_back(Block{r, static_cast<size_t>(r) * count, count});
+  const std::vector<Block> one{Block{root, 0, count}};
+  if (toRoot) {
+    LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+    if (me == root) LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+    return exchange(h, dt, stream, sendbuff, one, recvbuff, all);
+  }
+  LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+  if (me == root) LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+  return exchange(h, dt, stream, sendbuff, all, recvbuff, one);
+}
+
 }  // namespace
 
 extern "C" {
@@ -667,6 +760,29 @@ loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
   return guard("loomAllToAll", [&] {
     return collective(algo::Coll::AllToAll, sendbuff, recvbuff, count, datatype, loomSum, -1,
                       comm, stream);
+  });
+}
+
+loomResult_t loomAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  return guard("loomAllToAllv", [&] {
+    return allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm,
+                     stream);
+  });
+}
+
+loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                        loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+  return guard("loomGather", [&] {
+    return rooted(true, sendbuff, recvbuff, sendcount, datatype, root, comm, stream);
+  });
+}
+
+loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+  return guard("loomScatter", [&] {
+    return rooted(false, sendbuff, recvbuff, recvcount, datatype, root, comm, stream);
   });
 }
 

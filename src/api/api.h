@@ -81,6 +81,10 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 // the caller.
 Status submit(const Call& call, Comm* comm);
 bool inGroup();
+// Runs the calls that issue() submits as one group, as loomGroupStart, issue, loomGroupEnd
+// would (within an enclosing group they join it). Where issue() fails, the calls it queued
+// are dropped and its status returned.
+Status runAsGroup(const std::function<Status()>& issue);
 
 // Runs calls of one communicator: sends/receives together first, then the
 // collectives in call order (every rank issues the same sequence).

@@ -387,6 +387,34 @@ Status runGroup(std::vector<Call> calls) {
 }
 
 }  // namespace
+
+namespace {
+
+// Closes one level of this thread's group; the outermost runs the calls queued in it.
+Status endGroupLevel() {
+  auto& g = tGroup;
+  if (--g.depth > 0) return Status::ok();
+  std::vector<Call> calls;
+  calls.swap(g.calls);
+  if (calls.empty()) return Status::ok();
+  return runGroup(std::move(calls));
+}
+
+}  // namespace
+
+Status runAsGroup(const std::function<Status()>& issue) {
+  auto& g = tGroup;
+  const size_t mark = g.calls.size();
+  ++g.depth;
+  Status s = issue();
+  if (!s.isOk()) {
+    g.calls.resize(mark);
+    --g.depth;
+    return s;
+  }
+  return endGroupLevel();
+}
+
 }  // namespace loom::api
 
 using loom::Status;
@@ -404,10 +432,6 @@ extern "C" loomResult_t loomGroupEnd(void) {
     auto& g = loom::api::tGroup;
     if (g.depth == 0)
       return LOOM_ERROR(loomInvalidUsage, "no matching loomGroupStart");
-    if (--g.depth > 0) return Status::ok();
-    std::vector<loom::api::Call> calls;
-    calls.swap(g.calls);
-    if (calls.empty()) return Status::ok();
-    return loom::api::runGroup(std::move(calls));
+    return loom::api::endGroupLevel();
   });
 }

@@ -175,15 +175,6 @@ bool report(bool ok, const char* what) {
   return ok;
 }
 
-#define CHECK_LOOM(call)                                                                           \
-  do {                                                                                             \
-    loomResult_t r_ = (call);                                                                      \
-    if (r_ != loomSuccess) {                                                                       \
-      fprintf(stderr, "%s -> %s: %s\n", #call, loomGetErrorString(r_), loomGetLastError(nullptr)); \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
-
 // loomCommInitAll: four ranks as threads of one process; every group issues
 // one operation per communicator from this one thread.
 int initAllRank(RankContext&) {

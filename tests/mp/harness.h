@@ -21,12 +21,24 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "loom/loom.h"
+
+// In a rank function: returns 1 from it, after printing the call and Loom's last error, when
+// the call does not succeed.
+#define CHECK_LOOM(call)                                                                           \
+  do {                                                                                             \
+    loomResult_t r_ = (call);                                                                      \
+    if (r_ != loomSuccess) {                                                                       \
+      fprintf(stderr, "%s -> %s: %s\n", #call, loomGetErrorString(r_), loomGetLastError(nullptr)); \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
 
 namespace loomtest {
 

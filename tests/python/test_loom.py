@@ -476,7 +476,7 @@ class Errors(unittest.TestCase):
         self.expect("a2av counts type", "send_counts", "int")
         self.expect("a2av past end", "send_counts", "ends at element 3", "2 of sendbuff")
         self.expect("a2av displs", "recv_counts", "ends at element 3")
-        self.expect("a2av self", "recv_counts", "sends itself 1")
+        self.expect("a2av self", "recvcounts[0]", "sends itself 1")
         self.expect("rooted gather size", "recvbuff", "3 elements", "gather needs 2")
         self.expect("gather root", "root", "outside [0, 1)")
         self.expect("scatter size", "sendbuff", "3 elements", "scatter needs 2")
