@@ -79,6 +79,12 @@ class LoomBackend : public perf::Backend {
       case perf::Coll::kAllToAll:
         PERF_CHECK(loomAllToAll(send, recv, count, ty, comm_, stream_));
         break;
+      case perf::Coll::kGather:
+        PERF_CHECK(loomGather(send, recv, count, ty, root, comm_, stream_));
+        break;
+      case perf::Coll::kScatter:
+        PERF_CHECK(loomScatter(send, recv, count, ty, root, comm_, stream_));
+        break;
       case perf::Coll::kSendRecv:
         PERF_CHECK(loomGroupStart());
         PERF_CHECK(loomSend(send, count, ty, (rank_ + 1) % nranks_, comm_, stream_));

@@ -87,6 +87,14 @@ class MpiBackend : public perf::Backend {
       case perf::Coll::kAllToAll:
         MPI_Alltoall(send, n, ty, recv, n, ty, w);
         break;
+      case perf::Coll::kGather:
+        MPI_Gather(rank_ == root && send == own ? MPI_IN_PLACE : send, n, ty, recv, n, ty, root, w);
+        break;
+      case perf::Coll::kScatter: {
+        const char* part = static_cast<const char*>(send) + static_cast<size_t>(rank_) * count * t.size;
+        MPI_Scatter(send, n, ty, rank_ == root && recv == part ? MPI_IN_PLACE : recv, n, ty, root, w);
+        break;
+      }
       case perf::Coll::kSendRecv:
         MPI_Sendrecv(send, n, ty, (rank_ + 1) % nranks_, 0, recv, n, ty,
                      (rank_ + nranks_ - 1) % nranks_, 0, w, MPI_STATUS_IGNORE);

@@ -17,7 +17,7 @@
 
 namespace perf {
 
-const CollInfo kColls[7] = {
+const CollInfo kColls[9] = {
     {Coll::kAllReduce, "all_reduce", true, false, true},
     {Coll::kAllGather, "all_gather", false, false, true},
     {Coll::kReduceScatter, "reduce_scatter", true, false, true},
@@ -25,6 +25,8 @@ const CollInfo kColls[7] = {
     {Coll::kReduce, "reduce", true, true, true},
     {Coll::kAllToAll, "alltoall", false, false, false},
     {Coll::kSendRecv, "sendrecv", false, false, false},
+    {Coll::kGather, "gather", false, true, true},
+    {Coll::kScatter, "scatter", false, true, true},
 };
 
 const CollInfo& InfoOf(Coll c) { return kColls[static_cast<int>(c)]; }
@@ -34,7 +36,9 @@ double BusFactor(Coll c, int n) {
     case Coll::kAllReduce: return 2.0 * (n - 1) / n;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
-    case Coll::kAllToAll: return static_cast<double>(n - 1) / n;
+    case Coll::kAllToAll:
+    case Coll::kGather:
+    case Coll::kScatter: return static_cast<double>(n - 1) / n;
     default: return 1;
   }
 }
@@ -215,8 +219,10 @@ struct Shape {
 Shape ShapeOf(Coll c, size_t elems, int n) {
   const size_t un = static_cast<size_t>(n);
   switch (c) {
-    case Coll::kAllGather: return {elems / un, elems / un, elems / un * un, elems / un * un};
-    case Coll::kReduceScatter: return {elems / un, elems / un * un, elems / un, elems / un * un};
+    case Coll::kAllGather:
+    case Coll::kGather: return {elems / un, elems / un, elems / un * un, elems / un * un};
+    case Coll::kReduceScatter:
+    case Coll::kScatter: return {elems / un, elems / un * un, elems / un, elems / un * un};
     case Coll::kAllToAll: return {elems / un, elems / un * un, elems / un * un, elems / un * un};
     default: return {elems, elems, elems, elems};
   }
@@ -232,8 +238,10 @@ Operands OperandsOf(Coll c, const Shape& s, size_t esize, int rank, bool in_plac
                     char* recv) {
   if (!in_place) return {send, recv};
   switch (c) {
-    case Coll::kAllGather: return {recv + rank * s.call * esize, recv};
-    case Coll::kReduceScatter: return {send, send + rank * s.call * esize};
+    case Coll::kAllGather:
+    case Coll::kGather: return {recv + rank * s.call * esize, recv};
+    case Coll::kReduceScatter:
+    case Coll::kScatter: return {send, send + rank * s.call * esize};
     default: return {recv, recv};
   }
 }
@@ -243,7 +251,7 @@ loomRedOp_t PatternOp(Coll c, loomRedOp_t op) { return InfoOf(c).reduces ? op : 
 // Writes this rank's input into the send operand.
 void FillInput(Coll c, const Shape& s, const TypeInfo& t, loomRedOp_t op, int n, int rank,
                int root, void* send) {
-  if (c == Coll::kBroadcast && rank != root) return;
+  if ((c == Coll::kBroadcast || c == Coll::kScatter) && rank != root) return;
   const loomRedOp_t pop = PatternOp(c, op);
   for (size_t i = 0; i < s.sends; ++i) Store(send, i, t, Input(t, pop, n, rank, i));
 }
@@ -278,6 +286,13 @@ int64_t CountWrong(Coll c, const Shape& s, const TypeInfo& t, loomRedOp_t op, in
       break;
     case Coll::kSendRecv:
       for (size_t i = 0; i < s.recvs; ++i) expect(i, Input(t, pop, n, (rank + n - 1) % n, i));
+      break;
+    case Coll::kGather:
+      for (size_t i = 0; i < s.recvs && rank == root; ++i)
+        expect(i, Input(t, pop, n, static_cast<int>(i / s.call), i % s.call));
+      break;
+    case Coll::kScatter:
+      for (size_t i = 0; i < s.recvs; ++i) expect(i, Input(t, pop, n, root, rank * s.call + i));
       break;
   }
   return wrong;
@@ -726,9 +741,9 @@ constexpr Flag kFlags[] = {
     {"-a", "--average", "time over ranks: 0 rank 0, 1 mean, 2 min, 3 max"},
     {"-d", "--datatype", "type, or all"},
     {"-o", "--op", "sum, prod, max, min, avg, or all"},
-    {"-r", "--root", "root of broadcast and reduce, or all"},
+    {"-r", "--root", "root of broadcast, reduce, gather and scatter, or all"},
     {"-C", "--collective", "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
-                           "sendrecv, a comma list, or all"},
+                           "sendrecv, gather, scatter, a comma list, or all"},
     {"-I", "--skew", "1: arrival-skew columns (largest skew, rank most often last)"},
     {"-R", "--local_register", "1: buffers from the library's allocator (Loom: loomMemAlloc)"},
     {"-G", "--device", "1: CUDA device buffers on a stream (checked after copying back)"},

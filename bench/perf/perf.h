@@ -23,7 +23,17 @@
 
 namespace perf {
 
-enum class Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll, kSendRecv };
+enum class Coll {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kSendRecv,
+  kGather,
+  kScatter
+};
 
 struct CollInfo {
   Coll coll;
@@ -32,7 +42,7 @@ struct CollInfo {
   bool rooted;       // takes -r
   bool in_place;     // has an in-place form (else those columns print N/A)
 };
-extern const CollInfo kColls[7];
+extern const CollInfo kColls[9];
 const CollInfo& InfoOf(Coll c);
 
 // Bytes moved over the bus per byte of the row's size, as nccl-tests defines busbw.
@@ -106,8 +116,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   // One operation. `count` is the count the C call takes (all_gather: per-rank send count;
-  // reduce_scatter: per-rank receive count; alltoall: elements per peer). send == recv, or send
-  // inside recv, is in place as NCCL defines it. sendrecv sends to rank+1 and receives from
+  // reduce_scatter: per-rank receive count; alltoall: elements per peer; gather: per-rank send
+  // count; scatter: per-rank receive count). send == recv, or send inside recv, is in place as
+  // NCCL defines it. sendrecv sends to rank+1 and receives from
   // rank-1. A backend reports its own errors and ends the process on failure.
   virtual void Run(Coll c, const void* send, void* recv, size_t count, const TypeInfo& t,
                    loomRedOp_t op, int root) = 0;

@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=../check_lib.sh
 source "$(dirname "$0")/../check_lib.sh"
-colls=(all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv)
+colls=(all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter)
 
 for np in 1 3 4; do
   out=$(timeout 300 "$perf" -np "$np" -b 8 -e 64K -f 8 -n 2 -w 1 -C all -d all -o all -r all \
@@ -28,8 +28,8 @@ for np in 1 3 4; do
   done
   rows=$(grep -c '"collective"' "$tmp/rows.json")
   # 12 types x 5 sizes (8 B to 32 KiB): all_reduce, reduce_scatter 5 ops each, reduce 5 ops x np roots,
-  # broadcast np roots, all_gather, alltoall and sendrecv 1 each.
-  expect=$((12 * 5 * (5 + 5 + 5 * np + np + 3)))
+  # broadcast, gather and scatter np roots each, all_gather, alltoall and sendrecv 1 each.
+  expect=$((12 * 5 * (5 + 5 + 5 * np + 3 * np + 3)))
   [ "$rows" -eq "$expect" ] || fail "-np $np: $rows JSON rows, expected $expect"
 done
 echo "PASS: every collective, type, op and root on 1, 3 and 4 ranks"
