@@ -45,16 +45,19 @@ void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>&
 //
 // streamBytes(): LOOM_DIRECT_STREAM_BYTES, else by CPU. On an AMD EPYC guest a line another
 // core had just written was slower to read than memory, and streaming from 1 MiB made 2 to 32
-// MiB 25-60% faster; on an Intel Xeon guest whose two cores share the last-level cache,
-// streaming lost 15-20% at 2 and 8 MiB (2 ranks and 4) and gained 5% from 64 MiB
-// (docs/PERFORMANCE.md, stops 18 and 24).
+// MiB 25-60% faster; since the own slice is reduced straight from the send buffer, plain
+// rounds there are slower still, and streaming from 64 KiB made 2 ranks 27-36% faster at 64
+// and 256 KiB (loomMemAlloc inputs 77-90%), 4 ranks 24% at 256 KiB, 8 ranks within the noise.
+// On an Intel Xeon guest whose two cores share the last-level cache, streaming lost 15-20% at
+// 2 and 8 MiB (2 ranks and 4) and gained 5% from 64 MiB (docs/PERFORMANCE.md, stops 18, 24
+// and 30).
 static size_t streamBytes() {
   static const size_t bytes = [] {
     const int64_t set = env::directStreamBytes();
     if (set > 0) return static_cast<size_t>(set);
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amd")) return size_t{1} << 20;
+    if (__builtin_cpu_is("amd")) return size_t{64} << 10;
 #endif
     return size_t{64} << 20;
   }();

@@ -88,8 +88,8 @@ constexpr Var kVars[] = {
      "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (three per rank, one host only)"},
     {"LOOM_DIRECT_STREAM_BYTES", "0",
-     "direct all-reduce: copies with streaming (non-temporal) stores from this many bytes (0: 1 "
-     "MiB on AMD CPUs, 64 MiB on others); the output streams from 8 MiB where this is 1 MiB or "
+     "direct all-reduce: copies with streaming (non-temporal) stores from this many bytes (0: 64 "
+     "KiB on AMD CPUs, 64 MiB on others); the output streams from 8 MiB where this is 1 MiB or "
      "less, else 16 MiB, divided by the ranks a core runs (out of place only)"},
     {"LOOM_DIRECT_SYM_MAX", "-1",
      "direct all-reduce: every rank reduces the whole message up to this many bytes (-1: 64 KiB "
