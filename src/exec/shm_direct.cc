@@ -85,7 +85,12 @@ static size_t cachedRoundBytes(const Comm& comm) {
 // 32 MiB 2.2 -> 3.1, 8 ranks 8 MiB 1.4 -> 1.9; but 2 ranks 8 MiB 7% slower
 // (docs/PERFORMANCE.md, stop 25).
 static size_t streamOutputBytes() {
-  return streamBytes() <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
+  static const size_t bytes = [] {
+    const int64_t set = env::directStreamOutputBytes();
+    if (set > 0) return static_cast<size_t>(set);
+    return streamBytes() <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
+  }();
+  return bytes;
 }
 constexpr size_t kTileBytes = 16384;
 constexpr size_t kStreamOutputTileBytes = 4096;

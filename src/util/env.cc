@@ -91,6 +91,9 @@ constexpr Var kVars[] = {
      "direct all-reduce: copies with streaming (non-temporal) stores from this many bytes (0: 64 "
      "KiB on AMD CPUs, 64 MiB on others); the output streams from 8 MiB where this is 1 MiB or "
      "less, else 16 MiB, divided by the ranks a core runs (out of place only)"},
+    {"LOOM_DIRECT_STREAM_OUTPUT_BYTES", "0",
+     "direct all-reduce: the output (out of place) streams from this many bytes, counted over "
+     "the ranks a core runs (0: by LOOM_DIRECT_STREAM_BYTES, as above)"},
     {"LOOM_DIRECT_SYM_MAX", "-1",
      "direct all-reduce: every rank reduces the whole message up to this many bytes (-1: 64 KiB "
      "divided by the number of ranks)"},
@@ -161,6 +164,7 @@ LOOM_ENV_STRING(traceDir, "LOOM_TRACE_DIR")
 LOOM_ENV_STRING(injectDelay, "LOOM_INJECT_DELAY")
 LOOM_ENV_INT(directSymMax, "LOOM_DIRECT_SYM_MAX")
 LOOM_ENV_INT(directStreamBytes, "LOOM_DIRECT_STREAM_BYTES")
+LOOM_ENV_INT(directStreamOutputBytes, "LOOM_DIRECT_STREAM_OUTPUT_BYTES")
 LOOM_ENV_STRING(topoFile, "LOOM_TOPO_FILE")
 LOOM_ENV_STRING(tunerTable, "LOOM_TUNER_TABLE")
 LOOM_ENV_STRING(topoDumpFile, "LOOM_TOPO_DUMP_FILE")

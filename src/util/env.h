@@ -42,6 +42,7 @@ const std::string& traceDir();       // LOOM_TRACE_DIR
 const std::string& injectDelay();    // LOOM_INJECT_DELAY (parsed by src/trace)
 int64_t directSymMax();              // LOOM_DIRECT_SYM_MAX (-1: by rank count)
 int64_t directStreamBytes();         // LOOM_DIRECT_STREAM_BYTES (0: by CPU)
+int64_t directStreamOutputBytes();   // LOOM_DIRECT_STREAM_OUTPUT_BYTES (0: by directStreamBytes)
 const std::string& topoFile();       // LOOM_TOPO_FILE
 const std::string& tunerTable();     // LOOM_TUNER_TABLE
 const std::string& topoDumpFile();   // LOOM_TOPO_DUMP_FILE

@@ -10,6 +10,7 @@
 
 #include "transport/shm/shm_connection.h"
 #include "util/log.h"
+#include "util/pages.h"
 
 namespace loom::transport {
 namespace {
@@ -106,6 +107,21 @@ Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t
     links.conns.push_back(
         std::make_unique<ShmConnection>(localRanks[i], out, in, slotBytes, depth));
     links.segments.push_back(std::move(peerSeg));
+  }
+  // The pages this rank will touch, faulted in now rather than in the first collectives:
+  // for writing, its own direct region and its FIFO in each peer's segment; for reading, the
+  // FIFOs in its own segment and the peers' direct regions. (Not the FIFOs between two
+  // other ranks, which this rank never touches.)
+  const size_t regionBytes = directBytes > 0 ? shmDirectRegionBytes(directBytes) : 0;
+  for (size_t i = 0, k = 1; i < nlocal; ++i) {
+    if (i == myIndex) {
+      pages::touchForWrite(own + nlocal * fifoBytes, regionBytes);
+      continue;
+    }
+    char* peer = links.segments[k++]->data();
+    pages::touchForWrite(peer + myIndex * fifoBytes, fifoBytes);
+    pages::touchForRead(peer + nlocal * fifoBytes, regionBytes);
+    pages::touchForRead(own + i * fifoBytes, fifoBytes);
   }
   // Everyone has mapped everything: the names are no longer needed.
   Status s = barrier();
