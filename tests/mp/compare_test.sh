@@ -2,8 +2,9 @@
 # bench/peers/compare.sh end to end on small sizes (shm2 and tcp2, 2 sweeps): it exits 0, prints
 # its yardsticks (memcpy, xcore-bw), a table per configuration with a row per size, the same
 # tables as markdown, and every time and ratio it prints is recomputed here from the runs' own
-# logs (each library's best out-of-place and in-place time over the sweeps). Bad flags exit 2
-# with a message naming the flag. Peers that are not installed show as n/a and are not checked.
+# logs (each library's best out-of-place and in-place time over the sweeps). A run of 64 MiB
+# alone checks the memcpy yardstick's two percentages against memcpy-bw's own log. Bad flags
+# exit 2 with a message naming the flag. Peers that are not installed show as n/a and are not checked.
 # usage: compare_test.sh SOURCE_DIR BUILD_DIR
 # Exit status: 0 pass, 1 fail.
 set -uo pipefail
@@ -116,6 +117,46 @@ for b in bad:
 sys.exit(1 if bad else 0)
 EOF
 [ $failures -eq 0 ] && echo "PASS: shm2 and tcp2 tables, 3 sizes, every number against the logs"
+
+# The 64 MiB yardstick: memcpy at the start, just before and just after the 64 MiB rotation, and
+# at the end (memcpy.log, in that order); Loom's busbw there against the best of the first and
+# last and against the best of the two beside it.
+timeout 600 "$compare" -c shm2 -b 64M -e 64M -r 1 -t 0.1 -l "$tmp/logs64" "$build" \
+  >"$tmp/out64" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { tail -30 "$tmp/out64"; fail "compare.sh at 64 MiB exited with $rc"; }
+python3 - "$tmp/out64" "$tmp/logs64" <<'EOF' || fail "the 64 MiB yardstick line does not match the logs"
+import os, re, sys
+
+out_path, logs = sys.argv[1:3]
+memcpy = [float(l.split()[6]) for l in open(os.path.join(logs, "memcpy.log"))
+          if l.startswith("memcpy-bw:")]
+rows = [l.split() for l in open(os.path.join(logs, "shm2.loom.67108864.log"))
+        if re.match(r"^\s+67108864\s", l)]
+line = re.search(r"Loom busbw at 64 MiB: ([0-9.]+) GB/s = ([0-9.]+)% of one core's memcpy at the "
+                 r"start and end \(([0-9.]+) GB/s\); ([0-9.]+)% of its memcpy beside the 64 MiB "
+                 r"runs \(([0-9.]+) GB/s\)", open(out_path).read())
+bad = []
+if len(memcpy) != 4:
+    bad.append("memcpy.log: %d runs, expected 4 (start, beside twice, end)" % len(memcpy))
+if len(rows) != 1:
+    bad.append("shm2.loom.67108864.log: %d result rows, expected 1" % len(rows))
+if not line:
+    bad.append("no yardstick line with both percentages")
+if not bad:
+    busbw = float(rows[0][7])
+    ends, beside = max(memcpy[0], memcpy[3]), max(memcpy[1], memcpy[2])
+    got = [float(x) for x in line.groups()]
+    want = [busbw, 100 * busbw / ends, ends, 100 * busbw / beside, beside]
+    for name, g, w in zip(("busbw", "% of start/end", "start/end memcpy", "% beside",
+                           "memcpy beside"), got, want):
+        if abs(g - w) > 0.051 + 1e-3 * abs(w):
+            bad.append("%s: printed %s, the logs give %.3f" % (name, g, w))
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+[ $failures -eq 0 ] && echo "PASS: the 64 MiB yardstick against memcpy at the ends and beside the runs"
 
 # Bad flags: exit 2, the flag named, nothing run.
 for args in "-c bogus:-c" "-r 0:-r" "-f 1:-f" "-t abc:-t" "-T 0:-T" "-W x:-W" "-N abc:-N" \
