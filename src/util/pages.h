@@ -1,9 +1,8 @@
 // Faulting a mapping's pages in before any collective reaches them. On this project's
-// virtual machines a page's first access by a process costs microseconds, whatever the
-// kernel has populated: MAP_POPULATE fills a shared mapping's page tables for reading only,
-// so the first store to each page still faults, and the hypervisor maps a page for the
-// process only at its first access. Touching the pages once, at set-up, takes those costs
-// there rather than in the first collectives (docs/PERFORMANCE.md, stop 31).
+// virtual machines a page's first access by a process costs microseconds even once
+// MAP_POPULATE has filled the page tables (the hypervisor maps the page for the process only
+// then; no fault counter shows it). Touching the pages once, at set-up, takes that cost there
+// rather than in the first collectives (docs/PERFORMANCE.md, stop 31).
 #pragma once
 
 #include <cstddef>

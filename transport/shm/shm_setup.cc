@@ -111,7 +111,9 @@ Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t
   // The pages this rank will touch, faulted in now rather than in the first collectives:
   // for writing, its own direct region and its FIFO in each peer's segment; for reading, the
   // FIFOs in its own segment and the peers' direct regions. (Not the FIFOs between two
-  // other ranks, which this rank never touches.)
+  // other ranks, which this rank never touches.) Only once every segment is mapped: touched
+  // while they were still being mapped (each peer's as it was opened), the first three 1 MiB
+  // calls on 2 ranks took 1.5-2.3 ms, as untouched ones do, against 0.13-0.3 ms this way.
   const size_t regionBytes = directBytes > 0 ? shmDirectRegionBytes(directBytes) : 0;
   for (size_t i = 0, k = 1; i < nlocal; ++i) {
     if (i == myIndex) {
