@@ -1,11 +1,12 @@
 // Micro-benchmarks of the reduction kernels at every instruction-set level this CPU supports,
 // beside memcpy in the same run.
 //
-// Throughput counts the bytes a single pass reads and writes: memcpy 2 x size, reduce() 3 x
+// Throughput counts the bytes a single pass reads and writes: memcpy and streamCopy (the
+// streaming-store copy of the direct all-reduce, per level) 2 x size, reduce() 3 x
 // size (two inputs, one output), reduceMany() with k sources (k + 1) x size, where size is
 // the length of one buffer. reduceChain, the same sum as k - 1 reduce() calls (which move
 // 3 x (k - 1) x size), counts (k + 1) x size too, so its rate compares with reduceMany's.
-// Each size runs memcpy first, then reduce() sum for each type and level, then reduceMany()
+// Each size runs memcpy first, then streamCopy for each level, then reduce() sum for each type and level, then reduceMany()
 // and reduceChain over fp32 for each source count and level:
 //   loom-kernels-bench --benchmark_filter='fp16'   (one type)
 #include <benchmark/benchmark.h>
@@ -93,6 +94,17 @@ void BM_Memcpy(benchmark::State& state, size_t size) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
 }
 
+void BM_StreamCopy(benchmark::State& state, const internal::KernelSet* kernels, size_t size) {
+  const Buffer src = MakeBuffer(loomInt32, size, 1), dst = MakeBuffer(loomInt32, size, 2);
+  for (auto _ : state) {
+    kernels->streamCopy(dst.get(), src.get(), size);
+    streamFence();
+    benchmark::DoNotOptimize(dst.get());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
+}
+
 void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels, loomDataType_t dtype,
                size_t size) {
   const Reducer r = makeReducer(dtype, loomSum, 2);
@@ -146,6 +158,9 @@ void RegisterAll() {
   for (size_t size : kSizes) {
     const std::string suffix = "/" + SizeName(size);
     benchmark::RegisterBenchmark(("memcpy" + suffix).c_str(), BM_Memcpy, size);
+    for (const internal::KernelSet* k : levels)
+      benchmark::RegisterBenchmark((std::string("streamCopy/") + k->name + suffix).c_str(),
+                                   BM_StreamCopy, k, size);
     for (const TypeCase& t : kTypes) {
       for (const internal::KernelSet* k : levels) {
         benchmark::RegisterBenchmark(

@@ -78,8 +78,8 @@ constexpr Var kVars[] = {
      "ranks outnumber cores) or simple; same syntax as LOOM_ALGO",
      "NCCL_PROTO"},
     {"LOOM_KERNEL_ISA", "",
-     "force the reduction kernels' level: scalar, avx2 or avx512 (read by algorithms/kernels, "
-     "which links nothing else)"},
+     "force the reduction kernels' level, and the streaming copy's: scalar, avx2 or avx512 (read "
+     "by algorithms/kernels, which links nothing else)"},
     {"LOOM_INJECT_DELAY", "",
      "tests only: RANK:US[:EVERY] delays RANK's entry into every EVERY-th operation (default "
      "each) by US microseconds, as a late caller would (needs the flight recorder)"},

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <tuple>
 #include <vector>
 
@@ -1046,24 +1047,33 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceManyTest, ::testing::ValuesIn(kTypes),
 }  // namespace loom::kernels
 
 // streamCopy copies exactly `bytes` whatever the alignment of either end, touching nothing
-// outside [dst, dst + bytes): heads before dst's first 16-byte boundary, the 64-byte steps,
-// the 16-byte steps and the tail, each checked against the source byte by byte.
+// outside [dst, dst + bytes): heads before dst's first 16- or 64-byte boundary, the 64-byte
+// steps, the 16-byte steps and the tail, each checked against the source byte by byte; at
+// every level this CPU has, and through the public entry point.
 TEST(KernelStreamCopy, CopiesEveryAlignmentAndLengthExactly) {
+  using loom::kernels::internal::Isa;
+  using loom::kernels::internal::KernelSet;
+  std::vector<std::pair<std::string, void (*)(void*, const void*, size_t)>> copies{
+      {"public", loom::kernels::streamCopy}};
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (const KernelSet* k = loom::kernels::internal::kernelsFor(isa))
+      copies.emplace_back(k->name, k->streamCopy);
   std::mt19937 rng(7);
-  std::vector<unsigned char> src(4096 + 64), dst(4096 + 128);
+  std::vector<unsigned char> src(4096 + 64), dst(4096 + 192);
   for (auto& b : src) b = static_cast<unsigned char>(rng());
   const size_t lengths[] = {0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096};
-  for (size_t so = 0; so < 16; so += 3)
-    for (size_t dof = 0; dof < 32; dof += 5)
-      for (size_t len : lengths) {
-        std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xA5));
-        loom::kernels::streamCopy(dst.data() + 32 + dof, src.data() + so, len);
-        loom::kernels::streamFence();
-        for (size_t i = 0; i < dst.size(); ++i) {
-          const bool inside = i >= 32 + dof && i < 32 + dof + len;
-          const unsigned char want = inside ? src[so + i - 32 - dof] : 0xA5;
-          ASSERT_EQ(dst[i], want) << "src offset " << so << ", dst offset " << dof << ", length "
-                                  << len << ", byte " << i;
+  for (const auto& [name, copy] : copies)
+    for (size_t so = 0; so < 16; so += 3)
+      for (size_t dof = 0; dof < 96; dof += 5)
+        for (size_t len : lengths) {
+          std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xA5));
+          copy(dst.data() + 32 + dof, src.data() + so, len);
+          loom::kernels::streamFence();
+          for (size_t i = 0; i < dst.size(); ++i) {
+            const bool inside = i >= 32 + dof && i < 32 + dof + len;
+            const unsigned char want = inside ? src[so + i - 32 - dof] : 0xA5;
+            ASSERT_EQ(dst[i], want) << name << ": src offset " << so << ", dst offset " << dof
+                                    << ", length " << len << ", byte " << i;
+          }
         }
-      }
 }

@@ -63,7 +63,8 @@ void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsr
 // (x86-64), else memcpy: the lines go to memory, not to this core's cache, which is faster
 // when another core reads them next or the copy is larger than the caches. The stores are
 // weakly ordered: call streamFence() before publishing the data to another thread or
-// process. Buffers must not overlap.
+// process. Buffers must not overlap. 32-byte stores where the CPU has AVX2 (the avx2 and avx512
+// levels), else 16-byte ones; LOOM_KERNEL_ISA=scalar keeps the 16-byte ones.
 void streamCopy(void* dst, const void* src, size_t bytes);
 // Orders every streaming store before it ahead of every store after it.
 void streamFence();

@@ -51,7 +51,7 @@ struct Isa {
 #include "algorithms/kernels/cpu/reduce_vector.inc"
 
 constexpr internal::KernelSet kAvx512Kernels{"avx512", ReduceWith<VecKernel>,
-                                             ReduceManyWith<VecKernel>};
+                                             ReduceManyWith<VecKernel>, internal::streamCopyAvx2};
 
 }  // namespace
 

@@ -5,7 +5,8 @@
 // scalar set is plain C++ for the baseline target; the AVX2 set needs AVX2 and F16C; the
 // AVX-512 set needs AVX512F and AVX512BW. Every level gives bit-identical results. reduce()
 // and reduceMany() use the best level this CPU supports, chosen once at first use, unless
-// LOOM_KERNEL_ISA (scalar, avx2 or avx512) asks for a lower one.
+// LOOM_KERNEL_ISA (scalar, avx2 or avx512) asks for a lower one. streamCopy() is chosen the same
+// way.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,15 @@ struct KernelSet {
                  uint32_t flags);
   void (*reduceMany)(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
                      uint32_t flags);
+  void (*streamCopy)(void* dst, const void* src, size_t bytes);
 };
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The AVX2 level's streamCopy (32-byte streaming stores), which the AVX-512 level uses too: on
+// the AMD EPYC guest (Zen 5), 64-byte streaming stores measured the same as 32-byte ones from
+// 256 KiB to 64 MiB and 2-5% slower at 64 and 128 KiB (docs/PERFORMANCE.md, stop 32).
+void streamCopyAvx2(void* dst, const void* src, size_t bytes);
+#endif
 
 // Each level as built, or nullptr where this build has no such level (not an x86-64 GCC
 // build). These do not check the CPU.
