@@ -6,8 +6,8 @@
 // size (two inputs, one output), reduceMany() with k sources (k + 1) x size, where size is
 // the length of one buffer. reduceChain, the same sum as k - 1 reduce() calls (which move
 // 3 x (k - 1) x size), counts (k + 1) x size too, so its rate compares with reduceMany's.
-// Each size runs memcpy first, then streamCopy for each level, then reduce() sum for each type and level, then reduceMany()
-// and reduceChain over fp32 for each source count and level:
+// Each size runs memcpy first, then streamCopy for each level, then reduce() sum for each type
+// and level, then reduceMany() and reduceChain over fp32 for each source count and level:
 //   loom-kernels-bench --benchmark_filter='fp16'   (one type)
 #include <benchmark/benchmark.h>
 

@@ -15,8 +15,8 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <utility>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "algorithms/kernels/cpu/reduce.h"
