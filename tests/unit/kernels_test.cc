@@ -1047,9 +1047,9 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceManyTest, ::testing::ValuesIn(kTypes),
 }  // namespace loom::kernels
 
 // streamCopy copies exactly `bytes` whatever the alignment of either end, touching nothing
-// outside [dst, dst + bytes): heads before dst's first 16- or 64-byte boundary, the 64-byte
-// steps, the 16-byte steps and the tail, each checked against the source byte by byte; at
-// every level this CPU has, and through the public entry point.
+// outside [dst, dst + bytes): heads before dst's first 64-byte boundary, the whole lines and
+// the tail, each checked against the source byte by byte; at every level this CPU has, and
+// through the public entry point.
 TEST(KernelStreamCopy, CopiesEveryAlignmentAndLengthExactly) {
   using loom::kernels::internal::Isa;
   using loom::kernels::internal::KernelSet;

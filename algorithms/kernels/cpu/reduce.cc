@@ -55,33 +55,23 @@ struct ScalarKernel {
   }
 };
 
-// The scalar level's streamCopy: 16-byte streaming stores, which every x86-64 CPU has.
-void StreamCopyBaseline(void* dst, const void* src, size_t bytes) {
+// The scalar level's streamCopy: 16-byte streaming stores, which every x86-64 CPU has (memcpy
+// where the target has none).
 #if defined(__SSE2__)
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  // Plain stores up to dst's first 16-byte boundary, then 64 bytes a step.
-  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
-  std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  for (; i + 16 <= bytes; i += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-  std::memcpy(d + i, s + i, bytes - i);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
+void StreamLineSse2(char* d, const char* s) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
 }
+constexpr auto StreamCopyBaseline = StreamCopyLines<StreamLineSse2>;
+#else
+void StreamCopyBaseline(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+#endif
 
 constexpr internal::KernelSet kScalarKernels{"scalar", ReduceWith<ScalarKernel>,
                                              ReduceManyWith<ScalarKernel>, StreamCopyBaseline};

@@ -1,6 +1,5 @@
 // The AVX2 kernel set (AVX2 and F16C; no FMA): reduce_common.inc and reduce_vector.inc
 // compiled for 32-byte vectors. Used only where the CPU has both (see reduce_isa.h).
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -47,26 +46,21 @@ struct Isa {
 
 #include "algorithms/kernels/cpu/reduce_vector.inc"
 
+// One 64-byte line in two 32-byte streaming stores (StreamCopyLines aligns dst).
+void StreamLineAvx2(char* d, const char* s) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32));
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(d), a);
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), b);
+}
+
 constexpr internal::KernelSet kAvx2Kernels{"avx2", ReduceWith<VecKernel>,
                                            ReduceManyWith<VecKernel>, internal::streamCopyAvx2};
 
 }  // namespace
 
-// Plain stores up to dst's first 64-byte boundary, then whole lines in two 32-byte streaming
-// stores each, then plain stores for the tail.
 void internal::streamCopyAvx2(void* dst, const void* src, size_t bytes) {
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  const size_t head = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-  }
-  std::memcpy(d + i, s + i, bytes - i);
+  StreamCopyLines<StreamLineAvx2>(dst, src, bytes);
 }
 
 const internal::KernelSet* internal::avx2Kernels() { return &kAvx2Kernels; }
