@@ -5,9 +5,11 @@
 // streaming-store copy of the direct all-reduce, per level) 2 x size, reduce() 3 x
 // size (two inputs, one output), reduceMany() with k sources (k + 1) x size, where size is
 // the length of one buffer. reduceChain, the same sum as k - 1 reduce() calls (which move
-// 3 x (k - 1) x size), counts (k + 1) x size too, so its rate compares with reduceMany's.
+// 3 x (k - 1) x size), counts (k + 1) x size too, so its rate compares with reduceMany's;
+// reduceManyStream (the same sum streamed to two outputs) (k + 2) x size.
 // Each size runs memcpy first, then streamCopy for each level, then reduce() sum for each type
-// and level, then reduceMany() and reduceChain over fp32 for each source count and level:
+// and level, then reduceMany(), reduceChain and reduceManyStream over fp32 for each source
+// count and level:
 //   loom-kernels-bench --benchmark_filter='fp16'   (one type)
 #include <benchmark/benchmark.h>
 
@@ -119,9 +121,12 @@ void BM_Reduce(benchmark::State& state, const internal::KernelSet* kernels, loom
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * size));
 }
 
-// chain: k - 1 reduce() calls instead of one reduceMany().
+// How BM_ReduceMany combines its sources: one reduceMany(); k - 1 reduce() calls; one
+// reduceManyStream() to two destinations (streaming stores to both).
+enum class ManyForm { kMany, kChain, kStream };
+
 void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, size_t nsrc,
-                   bool chain, size_t size) {
+                   ManyForm form, size_t size) {
   const Reducer r = makeReducer(loomFloat32, loomSum, static_cast<int>(nsrc));
   const size_t n = size / sizeof(float);
   std::vector<Buffer> bufs;
@@ -131,18 +136,23 @@ void BM_ReduceMany(benchmark::State& state, const internal::KernelSet* kernels, 
     srcs.push_back(bufs.back().get());
   }
   const Buffer dst = MakeBuffer(loomFloat32, size, 0);
+  const Buffer copy = MakeBuffer(loomFloat32, size, 0);
   unsigned char* out = dst.get();
   for (auto _ : state) {
-    if (chain) {
+    if (form == ManyForm::kChain) {
       kernels->reduce(r, out, srcs[0], srcs[1], n, 0);
       for (size_t k = 2; k < nsrc; ++k) kernels->reduce(r, out, out, srcs[k], n, 0);
+    } else if (form == ManyForm::kStream) {
+      kernels->reduceManyStream(r, out, copy.get(), srcs.data(), nsrc, n, 0);
+      streamFence();
     } else {
       kernels->reduceMany(r, out, srcs.data(), nsrc, n, 0);
     }
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (nsrc + 1) * size));
+  const size_t outputs = form == ManyForm::kStream ? 2 : 1;
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (nsrc + outputs) * size));
 }
 
 std::string SizeName(size_t size) {
@@ -169,11 +179,14 @@ void RegisterAll() {
       }
     }
     for (size_t nsrc : kManySources) {
-      for (bool chain : {false, true}) {
+      for (ManyForm form : {ManyForm::kMany, ManyForm::kChain, ManyForm::kStream}) {
+        const char* formName = form == ManyForm::kMany    ? "reduceMany"
+                               : form == ManyForm::kChain ? "reduceChain"
+                                                          : "reduceManyStream";
         for (const internal::KernelSet* k : levels) {
-          const std::string name = std::string(chain ? "reduceChain" : "reduceMany") +
-                                   std::to_string(nsrc) + "/fp32/" + k->name + suffix;
-          benchmark::RegisterBenchmark(name.c_str(), BM_ReduceMany, k, nsrc, chain, size);
+          const std::string name =
+              formName + std::to_string(nsrc) + "/fp32/" + k->name + suffix;
+          benchmark::RegisterBenchmark(name.c_str(), BM_ReduceMany, k, nsrc, form, size);
         }
       }
     }

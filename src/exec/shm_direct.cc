@@ -23,25 +23,26 @@ void publish(std::atomic<uint32_t>& word, ShmDirectHeader* h, uint32_t value) {
   if (h->sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(&word);
 }
 
-// dst = post(src[first] (+) every other src, in index order), in one pass
-// (kernels::reduceMany rounds after each combine, as chained reduce() calls
-// would). dst may alias src[first] but no other source. Reorders src.
-void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>& src,
-               size_t first, size_t len) {
-  // [first, 0, 1, ..., first-1, first+1, ...]: first in front, the rest in order.
+// [first, 0, 1, ..., first-1, first+1, ...]: src[first] in front, the rest in order, as
+// kernels::reduceMany takes them (it rounds after each combine, as chained reduce() calls
+// would).
+const void* const* firstInFront(std::vector<const char*>& src, size_t first) {
   std::rotate(src.begin(), src.begin() + static_cast<long>(first),
               src.begin() + static_cast<long>(first) + 1);
-  kernels::reduceMany(red, dst, reinterpret_cast<const void* const*>(src.data()), src.size(), len,
-                      kernels::kPost);
+  return reinterpret_cast<const void* const*>(src.data());
+}
+
+// dst = post(src[first] (+) every other src, in index order), in one pass. dst may alias
+// src[first] but no other source. Reorders src.
+void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>& src,
+               size_t first, size_t len) {
+  kernels::reduceMany(red, dst, firstInFront(src, first), src.size(), len, kernels::kPost);
 }
 
 }  // namespace
 
-// The slices form streams its copies from streamBytes() (its reduction then goes through a
-// tile in L1 of kTileBytes), and its output from streamOutputBytes() (with a tile of
-// kStreamOutputTileBytes when the copies stream too). Tiles of 16 KiB against 4 KiB,
-// alternating runs: 2 ranks 17-22% and 4 ranks on 2 cores 8-14% faster from 1 to 4 MiB, but
-// 2 ranks 7-14% slower at 64 MiB.
+// The slices form streams its copies from streamBytes(), and its reduction from registers to
+// its buffer (kernels::reduceManyStream); from streamOutputBytes() the output streams too.
 //
 // streamBytes(): LOOM_DIRECT_STREAM_BYTES, else by CPU. On an AMD EPYC guest a line another
 // core had just written was slower to read than memory, and streaming from 1 MiB made 2 to 32
@@ -92,8 +93,6 @@ static size_t streamOutputBytes() {
   }();
   return bytes;
 }
-constexpr size_t kTileBytes = 16384;
-constexpr size_t kStreamOutputTileBytes = 4096;
 
 const char* directFormName(DirectForm f) {
   switch (f) {
@@ -379,18 +378,15 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     }
     for (size_t q = 0; q < slice.size(); ++q) slice[q] = inputs[q] + so * es;
     if (stream) {
-      // My slice a tile at a time, into a scratch tile that stays in the L1 cache; each
-      // tile is streamed to my buffer (for the peers) and to the output, so the source
-      // reads and the stores interleave and my slice needs no copy out.
-      alignas(64) char tile[kTileBytes];
-      const size_t tileElems = (streamOutput ? kStreamOutputTileBytes : kTileBytes) / es;
-      for (size_t t = 0; t < sl; t += tileElems) {
-        const size_t tl = std::min(tileElems, sl - t);
-        for (size_t q = 0; q < slice.size(); ++q) inputs[q] = slice[q] + t * es;
-        reduceAll(red, tile, inputs, static_cast<size_t>(me), tl);
-        kernels::streamCopy(myBuf + (so + t) * es, tile, tl * es);
-        toOutput(recv + (off + so + t) * es, tile, tl * es);
-      }
+      // My slice in one pass, streamed from registers to my buffer (for the peers) and to the
+      // output: with streaming stores where the output streams, else with plain ones (in
+      // place, the output's lines are the input's, just read). Against a tile in L1 copied
+      // out to both, one call after the other in the same run, medians: 2 ranks 1 MiB 24%
+      // (out of place) and 30% (in place) faster, 4 MiB 30-41%, 64 MiB 15% out of place and
+      // 20-25% in place (docs/PERFORMANCE.md, stop 33).
+      kernels::reduceManyStream(red, myBuf + so * es, recv + (off + so) * es,
+                                firstInFront(slice, static_cast<size_t>(me)), slice.size(), sl,
+                                kernels::kPost | (streamOutput ? 0u : uint32_t{kernels::kCopyCached}));
       kernels::streamFence();
     } else {
       reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);

@@ -1034,8 +1034,120 @@ TEST_P(ReduceManyTest, PublicEntryPointsAgree) {
   const void* srcs[] = {bufs[0].data(), bufs[1].data(), bufs[2].data(), bufs[3].data()};
   reduceMany(r, many.data(), srcs, 4, n, kPre | kPost);
   EXPECT_EQ(many, chained);
+  std::vector<unsigned char> streamed(n * t.size), again(n * t.size);
+  reduceManyStream(r, streamed.data(), again.data(), srcs, 4, n, kPre | kPost);
+  streamFence();
+  EXPECT_EQ(streamed, chained);
+  EXPECT_EQ(again, chained);
+  reduceManyStream(r, nullptr, nullptr, srcs, 0, n, kPost);  // no sources: nothing
   reduceMany(r, nullptr, srcs, 0, n, kPost);     // no sources: nothing
   reduceMany(r, nullptr, nullptr, 3, 0, kPost);  // no elements: nothing
+}
+
+// reduceManyStream writes what the chain of reduce() calls gives, to dst and to copy, at
+// every level, whatever either's alignment (element-misaligned included), touching nothing
+// outside them; with more sources than its tiles keep offsets for, too.
+TEST_P(ReduceManyTest, StreamWritesTheChainsResultToBothDestinations) {
+  const TypeInfo& t = GetParam();
+  std::mt19937_64 rng(0x5e7 + t.dtype);
+  const size_t lengths[] = {0, 1, 7, 33, 1023, 4099};
+  const size_t dst_offsets[] = {0, 1, 8, 16, 40};
+  const long copy_offsets[] = {-1, 0, 1, 16, 24, 48};  // -1: no copy
+  constexpr size_t kPad = 64;
+  for (size_t n : lengths) {
+    for (size_t nsrc : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{70}}) {
+      if (nsrc == 70 && n > 33) continue;
+      std::vector<std::vector<unsigned char>> bufs(nsrc, std::vector<unsigned char>(n * t.size));
+      for (auto& buf : bufs) {
+        for (size_t i = 0; i < n; ++i) {
+          const uint64_t raw = RandomRaw(t, rng);
+          std::memcpy(buf.data() + i * t.size, &raw, t.size);
+        }
+      }
+      std::vector<const void*> srcs;
+      for (const auto& buf : bufs) srcs.push_back(buf.data());
+      for (TestOp op : kAllOps) {
+        const Reducer r = MakeTestReducer(t, op, rng);
+        for (uint32_t flags : {uint32_t{0}, uint32_t{kPost}, uint32_t{kPost | kCopyCached}}) {
+          std::vector<unsigned char> ref(n * t.size);
+          ReduceChain(r, ref.data(), srcs, n, flags & kPost);
+          for (const Level& level : kLevels) {
+            const internal::KernelSet* k = internal::kernelsFor(level.isa);
+            if (k == nullptr) continue;
+            for (size_t dof : dst_offsets) {
+              for (long cof : copy_offsets) {
+                // 64-byte aligned blocks, so that the offsets are the destinations' alignments.
+                alignas(64) static unsigned char area[2][4099 * 8 + 2 * kPad];
+                for (auto& a : area) std::memset(a, Operands::kFill, n * t.size + 2 * kPad);
+                unsigned char* dst = area[0] + kPad + dof;
+                unsigned char* copy = cof < 0 ? nullptr : area[1] + kPad + cof;
+                k->reduceManyStream(r, dst, copy, srcs.data(), nsrc, n, flags);
+                streamFence();
+                for (int a = 0; a < (cof < 0 ? 1 : 2); ++a) {
+                  const size_t at = kPad + (a == 0 ? dof : static_cast<size_t>(cof));
+                  for (size_t b = 0; b < n * t.size + 2 * kPad; ++b) {
+                    const bool inside = b >= at && b < at + n * t.size;
+                    const unsigned char want = inside ? ref[b - at] : Operands::kFill;
+                    if (area[a][b] != want) {
+                      ADD_FAILURE() << level.name << " " << t.name << " "
+                                    << kOpNames[static_cast<int>(op)] << " flags=" << flags
+                                    << " nsrc=" << nsrc << " n=" << n << " dst offset " << dof
+                                    << " copy offset " << cof << ": "
+                                    << (a == 0 ? "dst" : "copy") << " byte " << b
+                                    << (inside ? " differs from the chain's result"
+                                               : " outside the destination was written");
+                      return;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// reduceManyStream with dst, or copy (streamed or cached), being srcs[0]: the direct
+// all-reduce's own slice in place, and its PreMulSum slice in its own buffer.
+TEST_P(ReduceManyTest, StreamMayWriteOverItsFirstSource) {
+  const TypeInfo& t = GetParam();
+  std::mt19937_64 rng(0xa11 + t.dtype);
+  for (size_t n : {size_t{5}, size_t{1023}, size_t{4099}}) {
+    for (size_t nsrc : {size_t{2}, size_t{3}, size_t{70}}) {
+      std::vector<std::vector<unsigned char>> bufs(nsrc, std::vector<unsigned char>(n * t.size));
+      for (auto& buf : bufs) {
+        for (size_t i = 0; i < n; ++i) {
+          const uint64_t raw = RandomRaw(t, rng);
+          std::memcpy(buf.data() + i * t.size, &raw, t.size);
+        }
+      }
+      const Reducer r = MakeTestReducer(t, TestOp::kAvg, rng);
+      std::vector<const void*> ref_srcs;
+      for (const auto& buf : bufs) ref_srcs.push_back(buf.data());
+      std::vector<unsigned char> ref(n * t.size);
+      ReduceChain(r, ref.data(), ref_srcs, n, kPost);
+      for (const Level& level : kLevels) {
+        const internal::KernelSet* k = internal::kernelsFor(level.isa);
+        if (k == nullptr) continue;
+        for (int which = 0; which < 3; ++which) {  // dst, copy streamed, copy cached
+          std::vector<unsigned char> first = bufs[0], other(n * t.size);
+          std::vector<const void*> srcs = ref_srcs;
+          srcs[0] = first.data();
+          void* dst = which == 0 ? first.data() : other.data();
+          void* copy = which == 0 ? other.data() : first.data();
+          k->reduceManyStream(r, dst, copy, srcs.data(), nsrc, n,
+                              kPost | (which == 2 ? uint32_t{kCopyCached} : 0u));
+          streamFence();
+          EXPECT_EQ(first, ref) << level.name << " " << t.name << " nsrc=" << nsrc << " n=" << n
+                                << (which == 0 ? " dst" : which == 1 ? " copy" : " cached copy")
+                                << " == srcs[0]";
+          EXPECT_EQ(other, ref) << level.name << " " << t.name << " nsrc=" << nsrc << " n=" << n;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceManyTest, ::testing::ValuesIn(kTypes),

@@ -42,6 +42,7 @@ namespace {
 
 // The scalar level: the block loops, vectorised (if at all) for the baseline target.
 struct ScalarKernel {
+  static constexpr bool kFusedStream = false;  // reduceManyStream goes through tiles
   template <class Ty, class Op, bool kIn, bool kPre, bool kPost>
   static void Reduce(typename Ty::Storage* dst, const typename Ty::Storage* in,
                      const typename Ty::Storage* local, size_t n, typename Ty::Acc scale,
@@ -73,8 +74,9 @@ constexpr auto StreamCopyBaseline = StreamCopyLines<StreamLineSse2>;
 void StreamCopyBaseline(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 #endif
 
-constexpr internal::KernelSet kScalarKernels{"scalar", ReduceWith<ScalarKernel>,
-                                             ReduceManyWith<ScalarKernel>, StreamCopyBaseline};
+constexpr internal::KernelSet kScalarKernels{
+    "scalar", ReduceWith<ScalarKernel>, ReduceManyWith<ScalarKernel>, StreamCopyBaseline,
+    ReduceManyStreamWith<ScalarKernel, StreamCopyBaseline>};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 bool cpuHasF16c() {
@@ -221,6 +223,12 @@ void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsr
 
 void streamCopy(void* dst, const void* src, size_t bytes) {
   if (bytes != 0) Active().streamCopy(dst, src, bytes);
+}
+
+void reduceManyStream(const Reducer& r, void* dst, void* copy, const void* const* srcs,
+                      size_t nsrc, size_t n, uint32_t flags) {
+  if (n == 0 || nsrc == 0) return;
+  Active().reduceManyStream(r, dst, copy, srcs, nsrc, n, flags);
 }
 
 void streamFence() {

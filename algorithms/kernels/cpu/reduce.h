@@ -27,7 +27,9 @@ namespace loom::kernels {
 
 enum class BaseOp : uint8_t { Sum, Prod, Max, Min };
 
-enum ReduceFlags : uint32_t { kPre = 1, kPost = 2 };
+// kCopyCached: reduceManyStream only, its copy takes plain stores (for a copy whose lines
+// are in the caches already, such as an in-place output just read).
+enum ReduceFlags : uint32_t { kPre = 1, kPost = 2, kCopyCached = 4 };
 
 struct Reducer {
   loomDataType_t dtype = loomFloat32;
@@ -66,6 +68,17 @@ void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsr
 // process. Buffers must not overlap. 32-byte stores where the CPU has AVX2 (the avx2 and avx512
 // levels), else 16-byte ones; LOOM_KERNEL_ISA=scalar keeps the 16-byte ones.
 void streamCopy(void* dst, const void* src, size_t bytes);
+// dst = reduceMany(r, ., srcs, nsrc, n, flags), bit for bit, written with streaming stores as
+// streamCopy writes; so is copy, the same result again, unless it is nullptr (with
+// kCopyCached in flags, copy takes plain stores). One pass: each source is read once and the
+// result goes from registers (or, at the scalar level and for integer Avg, from a tile in
+// the L1 cache) to both. For a result that another core reads next or that is larger than
+// the caches, such as the direct all-reduce's slice, which goes to its shared buffer and to
+// the output. Either destination may be srcs[0] exactly (a step reads before it writes), not
+// both; otherwise neither overlaps a source or the other. Call streamFence() before
+// publishing the data.
+void reduceManyStream(const Reducer& r, void* dst, void* copy, const void* const* srcs,
+                      size_t nsrc, size_t n, uint32_t flags);
 // Orders every streaming store before it ahead of every store after it.
 void streamFence();
 

@@ -54,8 +54,9 @@ void StreamLineAvx2(char* d, const char* s) {
   _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), b);
 }
 
-constexpr internal::KernelSet kAvx2Kernels{"avx2", ReduceWith<VecKernel>,
-                                           ReduceManyWith<VecKernel>, internal::streamCopyAvx2};
+constexpr internal::KernelSet kAvx2Kernels{
+    "avx2", ReduceWith<VecKernel>, ReduceManyWith<VecKernel>, internal::streamCopyAvx2,
+    ReduceManyStreamWith<VecKernel, internal::streamCopyAvx2>};
 
 }  // namespace
 

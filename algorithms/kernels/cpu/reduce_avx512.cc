@@ -50,8 +50,9 @@ struct Isa {
 
 #include "algorithms/kernels/cpu/reduce_vector.inc"
 
-constexpr internal::KernelSet kAvx512Kernels{"avx512", ReduceWith<VecKernel>,
-                                             ReduceManyWith<VecKernel>, internal::streamCopyAvx2};
+constexpr internal::KernelSet kAvx512Kernels{
+    "avx512", ReduceWith<VecKernel>, ReduceManyWith<VecKernel>, internal::streamCopyAvx2,
+    ReduceManyStreamWith<VecKernel, internal::streamCopyAvx2>};
 
 }  // namespace
 

@@ -5,8 +5,8 @@
 // scalar set is plain C++ for the baseline target; the AVX2 set needs AVX2 and F16C; the
 // AVX-512 set needs AVX512F and AVX512BW. Every level gives bit-identical results. reduce()
 // and reduceMany() use the best level this CPU supports, chosen once at first use, unless
-// LOOM_KERNEL_ISA (scalar, avx2 or avx512) asks for a lower one. streamCopy() is chosen the same
-// way.
+// LOOM_KERNEL_ISA (scalar, avx2 or avx512) asks for a lower one. streamCopy() and
+// reduceManyStream() are chosen the same way.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,8 @@ struct KernelSet {
   void (*reduceMany)(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
                      uint32_t flags);
   void (*streamCopy)(void* dst, const void* src, size_t bytes);
+  void (*reduceManyStream)(const Reducer& r, void* dst, void* copy, const void* const* srcs,
+                           size_t nsrc, size_t n, uint32_t flags);
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
