@@ -184,8 +184,7 @@ void RegisterAll() {
                                : form == ManyForm::kChain ? "reduceChain"
                                                           : "reduceManyStream";
         for (const internal::KernelSet* k : levels) {
-          const std::string name =
-              formName + std::to_string(nsrc) + "/fp32/" + k->name + suffix;
+          const std::string name = formName + std::to_string(nsrc) + "/fp32/" + k->name + suffix;
           benchmark::RegisterBenchmark(name.c_str(), BM_ReduceMany, k, nsrc, form, size);
         }
       }

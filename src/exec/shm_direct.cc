@@ -384,9 +384,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
       // out to both, one call after the other in the same run, medians: 2 ranks 1 MiB 24%
       // (out of place) and 30% (in place) faster, 4 MiB 30-41%, 64 MiB 15% out of place and
       // 20-25% in place (docs/PERFORMANCE.md, stop 33).
+      const uint32_t copyFlag = streamOutput ? 0u : uint32_t{kernels::kCopyCached};
       kernels::reduceManyStream(red, myBuf + so * es, recv + (off + so) * es,
                                 firstInFront(slice, static_cast<size_t>(me)), slice.size(), sl,
-                                kernels::kPost | (streamOutput ? 0u : uint32_t{kernels::kCopyCached}));
+                                kernels::kPost | copyFlag);
       kernels::streamFence();
     } else {
       reduceAll(red, myBuf + so * es, slice, static_cast<size_t>(me), sl);

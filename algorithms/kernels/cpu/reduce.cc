@@ -225,8 +225,8 @@ void streamCopy(void* dst, const void* src, size_t bytes) {
   if (bytes != 0) Active().streamCopy(dst, src, bytes);
 }
 
-void reduceManyStream(const Reducer& r, void* dst, void* copy, const void* const* srcs,
-                      size_t nsrc, size_t n, uint32_t flags) {
+void reduceManyStream(const Reducer& r, void* dst, void* copy, const void* const* srcs, size_t nsrc,
+                      size_t n, uint32_t flags) {
   if (n == 0 || nsrc == 0) return;
   Active().reduceManyStream(r, dst, copy, srcs, nsrc, n, flags);
 }

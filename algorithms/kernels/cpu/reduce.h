@@ -77,8 +77,8 @@ void streamCopy(void* dst, const void* src, size_t bytes);
 // the output. Either destination may be srcs[0] exactly (a step reads before it writes), not
 // both; otherwise neither overlaps a source or the other. Call streamFence() before
 // publishing the data.
-void reduceManyStream(const Reducer& r, void* dst, void* copy, const void* const* srcs,
-                      size_t nsrc, size_t n, uint32_t flags);
+void reduceManyStream(const Reducer& r, void* dst, void* copy, const void* const* srcs, size_t nsrc,
+                      size_t n, uint32_t flags);
 // Orders every streaming store before it ahead of every store after it.
 void streamFence();
 
