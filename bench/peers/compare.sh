@@ -8,7 +8,7 @@
 # It builds nothing. Build first, in BUILD_DIR:
 #   scripts/setup.sh                       # installs openmpi-bin, libopenmpi-dev, libgloo-dev
 #   cmake -S . -B build && cmake --build build -j1 --target loom-perf memcpy-bw xcore-bw \
-#       mpi-allreduce-perf gloo-allreduce-perf
+#       tcp-wire-perf mpi-allreduce-perf gloo-allreduce-perf
 # A peer whose binary (or package) is missing shows as n/a; Loom's is required.
 #
 # Configurations (-c picks a subset):
@@ -19,6 +19,10 @@
 #         tcp,self on lo
 #   tcp4  4 ranks the same way (not in the default set)
 # Gloo has only its TCP transport: it runs over loopback in every configuration.
+# In the TCP configurations a fourth program runs in the same rotation: tcp-wire-perf, a bare
+# exchange of the bytes a ring all-reduce moves over the same loopback sockets (no reduction), so
+# that each size shows what a plain program gets out of this host's TCP beside what Loom and
+# Gloo get.
 # OMPI_SHM_MCA and OMPI_TCP_MCA (environment) replace the Open MPI flags above.
 #
 # Every run is float32/sum, out-of-place and in-place, checked (#wrong) by each benchmark. The
@@ -49,7 +53,9 @@
 # runs met. Copies of 512 KiB between two cores, within one, and between
 # two cores through process_vm_readv (xcore-bw, at the start) show what bounds the middle sizes
 # of shared memory, for Loom and for Open MPI's single copy. -o writes the same tables as
-# markdown (for docs/PERFORMANCE.md).
+# markdown (for docs/PERFORMANCE.md). The TCP configurations get a second table: Loom beside the
+# bare exchange (tcp-wire-perf), with the busbw ratios loom/wire and wire/gloo (how far above
+# Gloo a program moving the bytes as the bare exchange does would be).
 # Each run's own table is kept in the log directory (-l, default a new /tmp/loom-compare.*).
 #
 # Other work on the machine skews every number. Before each run the script samples the CPUs'
@@ -152,12 +158,14 @@ MPI_PERF=$(find_bin mpi-allreduce-perf)
 GLOO=$(find_bin gloo-allreduce-perf)
 MEMCPY=$(find_bin memcpy-bw)
 XCORE=$(find_bin xcore-bw)
+WIRE=$(find_bin tcp-wire-perf)
 KERNELS=$(find_bin loom-kernels-bench)
 MPIRUN=$(command -v mpirun || true)
 [[ -n $LOOM ]] || { echo "compare.sh: no loom-perf in $build (build it first)" >&2; exit 2; }
 [[ -n $MPIRUN ]] || MPI_PERF=""
-peers=(loom ompi gloo loomR)  # loomR: Loom with loomMemAlloc buffers (-R 1), shm only
-declare -A BIN=([loom]=$LOOM [ompi]=$MPI_PERF [gloo]=$GLOO [loomR]=$LOOM)
+# loomR: Loom with loomMemAlloc buffers (-R 1), shm only; wire: the bare exchange, tcp only.
+peers=(loom ompi gloo loomR wire)
+declare -A BIN=([loom]=$LOOM [ompi]=$MPI_PERF [gloo]=$GLOO [loomR]=$LOOM [wire]=$WIRE)
 
 : "${OMPI_SHM_MCA:=--mca pml ob1 --mca btl vader,self}"
 : "${OMPI_TCP_MCA:=--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo}"
@@ -259,6 +267,8 @@ run() {
       cmd=("$MPIRUN" --allow-run-as-root --oversubscribe -np "$np" $mca "$MPI_PERF" "${args[@]}") ;;
     gloo)
       cmd=("$GLOO" -np "$np" -T "$timeout_s" "${args[@]}") ;;
+    wire)
+      cmd=("$WIRE" -np "$np" -T "$timeout_s" "${args[@]}") ;;
   esac
   log=$logdir/$cfg.$peer.$size.log
   wait_quiet "$log"
@@ -336,6 +346,7 @@ for ((rep = 1; rep <= reps; ++rep)); do
         peer=${peers[$(((i + k) % ${#peers[@]}))]}
         [[ -n ${BIN[$peer]} ]] || continue
         [[ $peer == loomR && $cfg != shm* ]] && continue
+        [[ $peer == wire && $cfg != tcp* ]] && continue
         run "$cfg" "$peer" "$size"
         r=$RESULT
         if [[ $r == fail ]]; then
@@ -347,7 +358,7 @@ for ((rep = 1; rep <= reps; ++rep)); do
         LAST[$cfg,$peer]="$size $t"
         [[ ${WRONG[$cfg,$peer]:-0} == fail ]] || WRONG[$cfg,$peer]=$((${WRONG[$cfg,$peer]:-0} + wr))
         faster "$t" "${RES[$cfg,$peer,$size]:-}" && RES[$cfg,$peer,$size]="$t $b $wr"
-        [[ -n $it ]] && faster "$it" "${IRES[$cfg,$peer,$size]:-}" && IRES[$cfg,$peer,$size]="$it $ib"
+        [[ -n $it && $it != N/A ]] && faster "$it" "${IRES[$cfg,$peer,$size]:-}" && IRES[$cfg,$peer,$size]="$it $ib"
       done
       ((size == ref_size)) && beside_memcpy "$cfg"
       i=$((i + 1))
@@ -375,6 +386,14 @@ md "start: $load_start; at the end: $load_end. Runs started with the CPUs under 
 md "of $all_runs$( ((wait_s)) && echo " (after waiting up to ${wait_s} s for them)")$(
   [[ -n $nice_level ]] && echo "; every run under nice -n $nice_level")."
 [[ -n $xcore ]] && md "Copies of 512 KiB (\`xcore-bw\`): $xcore."
+
+# The side tables' awk: f(entry, i), a field of a "time busbw wrong" entry (n/a where the
+# library did not run); ratio(num, den), busbw num / busbw den from the times (the same bytes),
+# exact where busbw rounds to 0.
+SIDE_AWK='
+  function f(x, i) { if (x == "") return "n/a"; split(x, a, " "); return a[i] }
+  function ratio(num, den) { if (num == "" || den == "") return "n/a"; split(num, a, " ")
+    split(den, b, " "); if (a[1] + 0 == 0) return "n/a"; return sprintf("%.2f", b[1] / a[1]) }'
 
 for cfg in "${cfgs[@]}"; do
   echo
@@ -418,19 +437,37 @@ for cfg in "${cfgs[@]}"; do
     md "|---:|---:|---:|---:|---:|---:|---:|"
     for size in "${sizes[@]}"; do
       line=$(awk -v l="${RES[$cfg,loom,$size]:-}" -v r="${RES[$cfg,loomR,$size]:-}" \
-        -v o="${RES[$cfg,ompi,$size]:-}" '
-        function f(x, i) { if (x == "") return "n/a"; split(x, a, " "); return a[i] }
-        # busbw num / busbw den, from the times (the same bytes): exact where busbw rounds to 0.
-        function ratio(num, den) { if (num == "" || den == "") return "n/a"; split(num, a, " ")
-          split(den, b, " "); if (a[1] + 0 == 0) return "n/a"; return sprintf("%.2f", b[1] / a[1]) }
+        -v o="${RES[$cfg,ompi,$size]:-}" "$SIDE_AWK"'
         BEGIN { printf "%s\t%s\t%s\t%s\t%s\t%s\n", f(l, 1), f(l, 2), f(r, 1), f(r, 2), ratio(r, l), ratio(r, o) }')
       IFS=$'\t' read -r tl bl tr br rrl rro <<<"$line"
       printf '%10s | %9s %7s | %9s %7s | %9s %9s\n' "$(human "$size")" "$tl" "$bl" "$tr" "$br" "$rrl" "$rro"
       md "| $(human "$size") | $tl | $bl | $tr | $br | $rrl | $rro |"
     done
   fi
+  if [[ $cfg == tcp* ]]; then
+    # The bare exchange of the same bytes over the same sockets, measured in the same rotation.
+    echo "# $cfg beside a bare exchange of the same bytes (tcp-wire-perf: no reduction)"
+    printf '%10s | %9s %7s | %9s %7s | %7s | %9s %9s\n' size "loom us" GB/s "wire us" GB/s "gloo GB/s" \
+      "bw l/wire" "bw w/gloo"
+    md ""
+    md "$cfg beside a bare exchange of the same bytes over the same sockets (\`tcp-wire-perf\`, same run):"
+    md ""
+    md "| size | loom us | loom GB/s | wire us | wire GB/s | gloo GB/s | busbw loom/wire | busbw wire/gloo |"
+    md "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for size in "${sizes[@]}"; do
+      line=$(awk -v l="${RES[$cfg,loom,$size]:-}" -v w="${RES[$cfg,wire,$size]:-}" \
+        -v g="${RES[$cfg,gloo,$size]:-}" "$SIDE_AWK"'
+        BEGIN { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f(l, 1), f(l, 2), f(w, 1), f(w, 2), f(g, 2),
+          ratio(l, w), ratio(w, g) }')
+      IFS=$'\t' read -r tl bl tw bw bg rlw rwg <<<"$line"
+      printf '%10s | %9s %7s | %9s %7s | %7s | %9s %9s\n' "$(human "$size")" "$tl" "$bl" "$tw" "$bw" "$bg" \
+        "$rlw" "$rwg"
+      md "| $(human "$size") | $tl | $bl | $tw | $bw | $bg | $rlw | $rwg |"
+    done
+  fi
   wrong="Wrong results (#wrong): loom ${WRONG[$cfg,loom]:-n/a}, ompi ${WRONG[$cfg,ompi]:-n/a}, gloo ${WRONG[$cfg,gloo]:-n/a}"
   [[ $cfg == shm* ]] && wrong+=", loom -R 1 ${WRONG[$cfg,loomR]:-n/a}"
+  [[ $cfg == tcp* ]] && wrong+=", wire ${WRONG[$cfg,wire]:-n/a}"
   [[ ${WRONG[$cfg,loom]:-fail} == 0 ]] || status=1
   [[ $cfg != shm* || ${WRONG[$cfg,loomR]:-fail} == 0 ]] || status=1
   ref=${RES[$cfg,loom,$ref_size]:-}

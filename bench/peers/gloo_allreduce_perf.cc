@@ -110,11 +110,7 @@ void RemoveDir(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  perf::FlagSet flags;
-  flags.prog = kProg;
-  flags.launches = true;
-  flags.all_types = false;
-  flags.colls = {perf::Coll::kAllReduce};
+  const perf::FlagSet flags{kProg, true, false, {perf::Coll::kAllReduce}};
   const perf::Options o = perf::ParseFlags(argc, argv, flags);
   char tmpl[] = "/tmp/gloo-perf.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {

@@ -507,17 +507,6 @@ bool WriteJson(const std::string& path, const std::vector<std::pair<const char*,
   return std::fclose(f) == 0;
 }
 
-std::vector<size_t> Sizes(const Options& o) {
-  std::vector<size_t> sizes;
-  for (size_t s = o.min_bytes; s <= o.max_bytes;) {
-    sizes.push_back(s);
-    const size_t next = o.step_factor > 1 ? s * o.step_factor : s + o.step_bytes;
-    if (next <= s || (o.step_factor > 1 && next / o.step_factor != s)) break;  // 0 or overflow
-    s = next;
-  }
-  return sizes;
-}
-
 }  // namespace
 
 void* AllocPrefaulted(size_t bytes) {
@@ -645,6 +634,17 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
 
 // ---------------------------------------------------------------------------------------------
 // Launching ranks on this host.
+
+std::vector<size_t> Sizes(const Options& o) {
+  std::vector<size_t> sizes;
+  for (size_t s = o.min_bytes; s <= o.max_bytes;) {
+    sizes.push_back(s);
+    const size_t next = o.step_factor > 1 ? s * o.step_factor : s + o.step_bytes;
+    if (next <= s || (o.step_factor > 1 && next / o.step_factor != s)) break;  // 0 or overflow
+    s = next;
+  }
+  return sizes;
+}
 
 int Launch(const char* prog, int nranks, int timeout_s, const std::function<int(int)>& body) {
   const pid_t parent = getpid();

@@ -144,6 +144,9 @@ class Backend {
 // timing. Writes o.json_path (rank 0) when set.
 int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::string& title);
 
+// The sizes a sweep measures: -b to -e by factor -f (or step -i), in bytes.
+std::vector<size_t> Sizes(const Options& o);
+
 // Starts nranks processes on this host running body(rank), waits for them (once one fails the
 // others get a grace period, then are killed; so are all at timeout_s), and returns 0 when all
 // succeeded. Children die with the parent.

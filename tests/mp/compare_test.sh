@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/peers/compare.sh end to end on small sizes (shm2 and tcp2, 2 sweeps): it exits 0, prints
-# its yardsticks (memcpy, xcore-bw), a table per configuration with a row per size, the same
-# tables as markdown, and every time and ratio it prints is recomputed here from the runs' own
+# its yardsticks (memcpy, xcore-bw), a table per configuration with a row per size (and tcp2's
+# table beside the bare exchange, tcp-wire-perf), the same tables as markdown, and every time and ratio it prints is recomputed here from the runs' own
 # logs (each library's best out-of-place and in-place time over the sweeps). A run of 64 MiB
 # alone (-q: the fewest calls) checks the memcpy yardstick's two percentages against memcpy-bw's
 # own log. Bad flags exit 2 with a message naming the flag. Peers that are not installed show as
@@ -46,7 +46,9 @@ def best(cfg, lib, size):
     if len(rows) != 2:
         bad.append("%s: %d result rows, expected 2 (one a sweep)" % (path, len(rows)))
         return None
-    return min(float(r[5]) for r in rows), min(float(r[9]) for r in rows)
+    # The bare exchange has no in-place form (N/A).
+    inplace = None if rows[0][9] == "N/A" else min(float(r[9]) for r in rows)
+    return min(float(r[5]) for r in rows), inplace
 
 
 def near(printed, value, what):
@@ -81,15 +83,18 @@ for cfg in ("shm2", "tcp2"):
     for line in sect.group(0).splitlines():
         cells = [c.split() for c in line.split("|")]
         label = " ".join(cells[0])
-        if label in sizes and len(cells) in (7, 4):  # the main table's rows, the loomR table's
+        # The main table's rows, the loomR table's (shm), the wire table's (tcp).
+        if label in sizes and len(cells) in (7, 4, 5):
             rows.setdefault(label, []).append([x for c in cells[1:] for x in c])
     for label, size in sizes.items():
         got = rows.get(label, [])
-        # The main table, then (shared memory) the loomMemAlloc table.
-        if len(got) != (2 if cfg.startswith("shm") else 1):
+        t = {lib: best(cfg, lib, size) for lib in ("loom", "ompi", "gloo", "loomR", "wire")}
+        # The main table, then the loomMemAlloc table (shared memory) or, where tcp-wire-perf
+        # is built, the bare exchange's (TCP).
+        second = cfg.startswith("shm") or t["wire"] is not None
+        if len(got) != (2 if second else 1):
             bad.append("%s %s: %d rows" % (cfg, label, len(got)))
             continue
-        t = {lib: best(cfg, lib, size) for lib in ("loom", "ompi", "gloo", "loomR")}
         out_ = {k: (v[0] if v else None) for k, v in t.items()}
         in_ = {k: (v[1] if v else None) for k, v in t.items()}
         m = got[0]  # loom us, GB/s, ompi us, GB/s, gloo us, GB/s, bw l/ompi, bw l/gloo, t l/ompi, t l/gloo, in l/ompi
@@ -110,7 +115,17 @@ for cfg in ("shm2", "tcp2"):
             near(r[2], out_["loomR"], w + " loomR us")
             near(r[4], ratio(out_["loom"], out_["loomR"]), w + " busbw loomR/loom")
             near(r[5], ratio(out_["ompi"], out_["loomR"]), w + " busbw loomR/ompi")
-    if not re.search(r"^# Wrong results \(#wrong\): loom 0, ompi (0|n/a), gloo (0|n/a)",
+        elif second:
+            r = got[1]  # loom us, GB/s, wire us, GB/s, gloo GB/s, bw l/wire, bw w/gloo
+            near(r[0], out_["loom"], w + " loom us (wire table)")
+            near(r[2], out_["wire"], w + " wire us")
+            near(r[5], ratio(out_["wire"], out_["loom"]), w + " busbw loom/wire")
+            near(r[6], ratio(out_["gloo"], out_["wire"]), w + " busbw wire/gloo")
+            mdrow = re.findall(r"^\| %s \| (.*) \|$" % re.escape(label), msect.group(0), re.M)
+            if len(mdrow) != 2 or mdrow[1].split(" | ") != r:
+                bad.append("%s: wire markdown rows %s, text row %s" % (w, mdrow, r))
+    tail = ", wire (0|n/a)" if cfg.startswith("tcp") else ""
+    if not re.search(r"^# Wrong results \(#wrong\): loom 0, ompi (0|n/a), gloo (0|n/a)" + tail,
                      sect.group(0), re.M):
         bad.append("%s: no all-zero wrong-results line" % cfg)
 for b in bad:
