@@ -174,6 +174,40 @@ sys.exit(1 if bad else 0)
 EOF
 [ $failures -eq 0 ] && echo "PASS: the 64 MiB yardstick against memcpy at the ends and beside the runs"
 
+# The bare exchange on a ring of 3 ranks (tcp4's shape: a connection each way): every row's busbw is
+# algbw x 2(n-1)/n and algbw the size over the time, nothing wrong, and a bad -np is refused.
+wire=$build/bench/peers/tcp-wire-perf
+if [ -x "$wire" ]; then
+  timeout 120 "$wire" -np 3 -b 4K -e 1M -f 16 -n 5 -w 1 >"$tmp/wire3" 2>&1 ||
+    { tail -5 "$tmp/wire3"; fail "tcp-wire-perf -np 3 failed"; }
+  python3 - "$tmp/wire3" <<'EOF' || fail "tcp-wire-perf -np 3: rows do not add up"
+import re, sys
+text = open(sys.argv[1]).read()
+rows = [l.split() for l in text.splitlines() if re.match(r"^\s+[0-9]+\s", l)]
+bad = []
+if [int(r[0]) for r in rows] != [4096, 65536, 1048576]:
+    bad.append("sizes %s" % [r[0] for r in rows])
+for r in rows:
+    size, us, algbw, busbw, wrong = int(r[0]), float(r[5]), float(r[6]), float(r[7]), r[8]
+    if wrong != "0" or r[9] != "N/A":
+        bad.append("%d: #wrong %s, in place %s" % (size, wrong, r[9]))
+    if abs(algbw - size / us / 1e3) > 0.006 + 0.01 * algbw:
+        bad.append("%d: algbw %s from %s us" % (size, algbw, us))
+    if abs(busbw - algbw * 4 / 3) > 0.011:
+        bad.append("%d: busbw %s, algbw %s" % (size, busbw, algbw))
+if "# Out of bounds values : 0 OK" not in text:
+    bad.append("no all-clear footer")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+  "$wire" -np 1 -b 4K -e 4K >/dev/null 2>"$tmp/wire1"
+  rc=$?
+  { [ $rc -eq 2 ] && grep -q -- "-np 1" "$tmp/wire1"; } ||
+    fail "tcp-wire-perf -np 1: exit $rc, $(cat "$tmp/wire1")"
+  [ $failures -eq 0 ] && echo "PASS: tcp-wire-perf on 3 ranks, rows against their own times"
+fi
+
 # Bad flags: exit 2, the flag named, nothing run.
 for args in "-c bogus:-c" "-r 0:-r" "-f 1:-f" "-t abc:-t" "-T 0:-T" "-W x:-W" "-N abc:-N" \
             "-b 12Q:-b" "-b 1K -e 8:-b"; do
