@@ -35,7 +35,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -60,10 +59,6 @@ struct Shared {
   double sec[kMaxRanks];
   int64_t wrong[kMaxRanks];
 };
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void Barrier(Shared* sh, int nranks) {
   const uint32_t gen = sh->generation.load();
@@ -134,7 +129,7 @@ bool Move(int rank, int sfd, int rfd, const char* send, char* recv, size_t size,
       SetLowat(rfd, lowat, rest >= kLowatMin ? rest : 1);
     }
     if (++idle < kSpins) continue;
-    if (Now() > deadline) {
+    if (perf::Now() > deadline) {
       errno = ETIMEDOUT;
       return Fail(rank, "moving the bytes");
     }
@@ -197,18 +192,15 @@ int RunRank(const perf::Options& o, int rank, Shared* sh, const std::vector<int>
   const perf::TypeInfo& type = *o.types.front();
   const char* opName = o.ops.front()->name;
   const double factor = perf::BusFactor(perf::Coll::kAllReduce, n);
-  const double deadline = Now() + o.timeout_s;
+  const double deadline = perf::Now() + o.timeout_s;
   int lowat = 1;
 
   if (rank == 0) {
     std::printf(
         "# tcp-wire-perf: the bytes of a ring all-reduce, %d ranks, loopback TCP, no reduction\n"
-        "# minBytes %zu maxBytes %zu warmup iters: %d iters: %d\n#\n"
-        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n"
-        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n",
-        n, o.min_bytes, o.max_bytes, o.warmup, o.iters, "", "", "", "", "", "size", "count", "type",
-        "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    std::fflush(stdout);
+        "# minBytes %zu maxBytes %zu warmup iters: %d iters: %d\n#\n",
+        n, o.min_bytes, o.max_bytes, o.warmup, o.iters);
+    perf::PrintColumns(false);
   }
   int64_t totalWrong = 0;
   for (size_t size : perf::Sizes(o)) {
@@ -222,10 +214,10 @@ int RunRank(const perf::Options& o, int rank, Shared* sh, const std::vector<int>
     for (int i = 0; i < o.warmup; ++i)
       if (!Move(rank, sfd, rfd, s, r, size, total, deadline, &lowat)) return 1;
     Barrier(sh, n);
-    const double t0 = Now();
+    const double t0 = perf::Now();
     for (int i = 0; i < o.iters; ++i)
       if (!Move(rank, sfd, rfd, s, r, size, total, deadline, &lowat)) return 1;
-    sh->sec[rank] = (Now() - t0) / std::max(o.iters, 1);
+    sh->sec[rank] = (perf::Now() - t0) / std::max(o.iters, 1);
     int64_t wrong = 0;
     for (size_t i = 0; i < size / 4; ++i) wrong += recv[i] != Pattern(prev, i);
     sh->wrong[rank] = wrong;
@@ -235,16 +227,13 @@ int RunRank(const perf::Options& o, int rank, Shared* sh, const std::vector<int>
       int64_t wrongAll = 0;
       for (int k = 0; k < n; ++k) sec += sh->sec[k] / n, wrongAll += sh->wrong[k];
       totalWrong += wrongAll;
-      const double algbw = sec > 0 ? static_cast<double>(size) / sec / 1e9 : 0;
-      const double us = sec * 1e6;
-      std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.*f  %6.2f  %6.2f  %5lld  %7s  %6s  %6s  %5s\n",
-                  size, size / type.size, type.name, opName, -1,
-                  us >= 10000 ? 0
-                  : us >= 100 ? 1
-                              : 2,
-                  us, algbw, algbw * factor, static_cast<long long>(wrongAll), "N/A", "N/A", "N/A",
-                  "N/A");
-      std::fflush(stdout);
+      perf::Stats oop;  // no in-place form: the in-place columns print N/A
+      oop.ran = true;
+      oop.time_us = sec * 1e6;
+      oop.algbw = sec > 0 ? static_cast<double>(size) / sec / 1e9 : 0;
+      oop.busbw = oop.algbw * factor;
+      oop.wrong = wrongAll;
+      perf::PrintRow(size, size / type.size, type.name, opName, -1, oop, perf::Stats{}, false);
     }
     Barrier(sh, n);  // rank 0 has read every rank's numbers
   }

@@ -298,19 +298,6 @@ int64_t CountWrong(Coll c, const Shape& s, const TypeInfo& t, loomRedOp_t op, in
   return wrong;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct Stats {
-  bool ran = false;  // false: N/A (no in-place form, or the backend cannot run it)
-  double time_us = 0, algbw = 0, busbw = 0;
-  int64_t wrong = -1;  // -1: not checked
-  double skew_us = -1;  // largest arrival skew of a timed iteration (-I)
-  int last = -1;        // the rank most often last to arrive (-I)
-  double last_share = 0;
-};
-
 struct Row {
   size_t size, count;
   const char* type;
@@ -457,9 +444,15 @@ void PrintHeader(const Options& o, const CollInfo& c, int nranks, const std::vec
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device cpu\n", r, pid,
                 &infos[r * slot + sizeof(pid)]);
   }
-  const bool skew = o.skew != 0;
+  std::printf("#\n");
+  PrintColumns(o.skew != 0);
+}
+
+}  // namespace
+
+void PrintColumns(bool skew) {
   const char* side = skew ? "                   " : "";
-  std::printf("#\n# %10s  %12s  %8s  %6s  %6s           out-of-place%s                       "
+  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place%s                       "
               "in-place\n",
               "", "", "", "", "", side);
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s", "size", "count", "type", "redop",
@@ -475,6 +468,21 @@ void PrintHeader(const Options& o, const CollInfo& c, int nranks, const std::vec
   std::printf("\n");
   std::fflush(stdout);
 }
+
+void PrintRow(size_t size, size_t count, const char* type, const char* op, int root,
+              const Stats& oop, const Stats& ip, bool skew) {
+  std::printf("%12zu  %12zu  %8s  %6s  %6d", size, count, type, op, root);
+  PrintStats(oop, skew);
+  PrintStats(ip, skew);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
 
 void JsonStats(FILE* f, const char* p, const Stats& s) {
   if (!s.ran) {
@@ -591,14 +599,8 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
               bw_sum += st->busbw;
               ++bw_count;
             }
-            if (rank == 0) {
-              std::printf("%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, row.type, row.op,
-                          root);
-              PrintStats(row.oop, o.skew != 0);
-              PrintStats(row.ip, o.skew != 0);
-              std::printf("\n");
-              std::fflush(stdout);
-            }
+            if (rank == 0)
+              PrintRow(row.size, row.count, row.type, row.op, root, row.oop, row.ip, o.skew != 0);
             rows.emplace_back(ci->name, row);
           }
         }

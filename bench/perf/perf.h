@@ -144,6 +144,25 @@ class Backend {
 // timing. Writes o.json_path (rank 0) when set.
 int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::string& title);
 
+// One size's numbers for one form (out of place or in place), as a row prints them.
+struct Stats {
+  bool ran = false;  // false: N/A (no in-place form, or the backend cannot run it)
+  double time_us = 0, algbw = 0, busbw = 0;
+  int64_t wrong = -1;   // -1: not checked
+  double skew_us = -1;  // largest arrival skew of a timed iteration (-I)
+  int last = -1;        // the rank most often last to arrive (-I)
+  double last_share = 0;
+};
+
+// The table's column heads (after the title lines), and one row: the same layout whatever
+// program prints it, so that bench/peers/compare.sh reads them all alike. Both flush stdout.
+void PrintColumns(bool skew);
+void PrintRow(size_t size, size_t count, const char* type, const char* op, int root,
+              const Stats& oop, const Stats& ip, bool skew);
+
+// Seconds on the steady clock.
+double Now();
+
 // The sizes a sweep measures: -b to -e by factor -f (or step -i), in bytes.
 std::vector<size_t> Sizes(const Options& o);
 
