@@ -213,6 +213,26 @@ loomResult_t loomCommAbort(loomComm_t comm);
 ///        loomInProgress while a non-blocking communicator has work queued or running.
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 
+/// Per-operation completion on a non-blocking communicator (config->blocking = 0). Each
+/// operation queued on it has a ticket, 1, 2, ... in the order they run (its initialisation
+/// is 1); operations finish in ticket order. May be called from any thread.
+/// @param ticket receives the ticket of the last operation queued on comm: called right after
+///        a call that returned loomInProgress (a collective, a send or receive outside a group,
+///        or loomGroupEnd for a group's calls on comm), it names that call's operation. 0 on a
+///        blocking communicator.
+loomResult_t loomCommLastTicket(loomComm_t comm, uint64_t* ticket);
+
+/// Waits for one operation of a non-blocking communicator. May be called from any thread, also
+/// while loomCommAbort runs on another one (then a dropped operation fails with
+/// loomRemoteError).
+/// @param ticket from loomCommLastTicket.
+/// @param timeoutMs 0 tests without waiting; a negative value waits up to the communicator's
+///        timeout.
+/// @return the operation's own result: loomSuccess, or its error (loomGetLastError names the
+///         peer or argument at fault); loomInProgress when it has not finished within
+///         timeoutMs.
+loomResult_t loomCommWaitTicket(loomComm_t comm, uint64_t ticket, int timeoutMs);
+
 /// @param count receives the number of ranks.
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 

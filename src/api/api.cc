@@ -193,6 +193,7 @@ Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
     return Status::ok();
   }
   auto* h = new loomComm();
+  h->timeoutMs = opts.timeoutMs;
   h->worker = std::make_unique<AsyncWorker>(rank);
   registerComm(h);
   *out = h;
@@ -226,6 +227,37 @@ Status asyncError(loomComm* h, loomResult_t* out) {
 }
 
 const char* lastError() { return tLastError.c_str(); }
+
+Status lastTicket(loomComm* h, uint64_t* ticket) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  if (h == nullptr || registry().count(h) == 0)
+    return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
+  if (ticket == nullptr) return LOOM_ERROR(loomInvalidArgument, "ticket: NULL");
+  *ticket = h->worker ? h->worker->lastTicket() : 0;
+  return Status::ok();
+}
+
+Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
+  AsyncWorker* w = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    if (h == nullptr || registry().count(h) == 0)
+      return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
+    if (!h->worker)
+      return LOOM_ERROR(loomInvalidUsage, "comm: a blocking communicator has no tickets (its "
+                                          "calls finish before they return)");
+    const uint64_t last = h->worker->lastTicket();
+    if (ticket == 0 || ticket > last)
+      return LOOM_ERROR(loomInvalidArgument, "ticket: " + str(static_cast<long long>(ticket)) +
+                                                 " was not issued on comm (its last is " +
+                                                 str(static_cast<long long>(last)) + ")");
+    w = h->worker.get();
+    w->enterWait();  // the worker (and so the handle) outlives this wait: destroy waits for it
+  }
+  const int64_t ms = timeoutMs >= 0 ? timeoutMs : h->timeoutMs;
+  return w->wait(ticket, nowNs() + ms * 1000000);
+}
+
 
 Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr) return LOOM_ERROR(loomInvalidArgument, "comms: NULL");
@@ -563,6 +595,15 @@ loomResult_t loomCommAbort(loomComm_t comm) {
 
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
   return guard("loomCommGetAsyncError", [&] { return loom::api::asyncError(comm, asyncError); });
+}
+
+loomResult_t loomCommLastTicket(loomComm_t comm, uint64_t* ticket) {
+  return guard("loomCommLastTicket", [&] { return loom::api::lastTicket(comm, ticket); });
+}
+
+loomResult_t loomCommWaitTicket(loomComm_t comm, uint64_t ticket, int timeoutMs) {
+  return guard("loomCommWaitTicket",
+               [&] { return loom::api::waitTicket(comm, ticket, timeoutMs); });
 }
 
 loomResult_t loomCommCount(const loomComm_t comm, int* count) {

@@ -21,6 +21,7 @@ struct loomComm {
   std::unique_ptr<loom::api::AsyncWorker> worker;  // non-blocking communicators only
   std::atomic<bool> abortRequested{false};         // loomCommAbort, seen by a running init
   uint32_t shrinks = 0;  // loomCommShrink calls so far: each derives a different id
+  int64_t timeoutMs = 0;  // the communicator's timeout (loomCommWaitTicket's default)
 };
 
 namespace loom::api {
@@ -51,6 +52,10 @@ Result<Comm*> lookup(loomComm* c, const char* argName = "comm");
 
 // Creates this rank's communicator with resolved options: at once (blocking), or in the
 // background of a new worker (non-blocking: returns inProgress() with *out already set).
+// loomCommLastTicket and loomCommWaitTicket.
+Status lastTicket(loomComm* h, uint64_t* ticket);
+Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs);
+
 Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
                 const CommOptions& opts);
 

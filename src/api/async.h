@@ -1,23 +1,32 @@
 // Non-blocking communicators (config blocking = 0): one worker thread per
 // communicator runs its initialisation, then its operations, in call order.
 //
-// Contract. post() queues a task and returns at once; the C call that posted
-// it returns loomInProgress. busy() is true while a task is queued or running;
-// error() is the first task's failure (later tasks still run: each one checks
-// the communicator's stored error first, as a blocking call would). stop()
-// runs what is queued (drop = false: loomCommDestroy) or drops it (drop =
-// true: loomCommAbort, whose abort flag ends the running task within a wait's
-// polling interval), then joins the thread. Every task is bounded by the
-// communicator's timeout, so stop() never waits forever.
+// Contract. post() queues a task, numbers it with a ticket (1, 2, ... in queue
+// order) and returns at once; the C call that posted it returns loomInProgress.
+// Tasks finish in ticket order, so "ticket t is done" means every earlier one
+// is too. wait(t) returns task t's own result (kept for every failed task until
+// the worker is destroyed), or loomInProgress once its deadline passes. busy()
+// is true while a task is queued or running; error() is the first task's
+// failure (later tasks still run: each one checks the communicator's stored
+// error first, as a blocking call would). stop() runs what is queued (drop =
+// false: loomCommDestroy) or drops it (drop = true: loomCommAbort, whose abort
+// flag ends the running task within a wait's polling interval; each dropped
+// task's result is loomRemoteError), then joins the thread and waits for every
+// waiter to leave. Every task is bounded by the communicator's timeout, so
+// stop() never waits forever.
 //
 // Thread safety: every member may be called from any thread. Lock order:
 // the API's registry mutex, then this worker's mutex; a task never runs with
-// the worker's mutex held.
+// the worker's mutex held. A thread that calls wait() must hold a reference
+// taken under the registry's mutex (enterWait), so that stop() outlives it.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -32,22 +41,40 @@ class AsyncWorker {
   AsyncWorker(const AsyncWorker&) = delete;
   AsyncWorker& operator=(const AsyncWorker&) = delete;
 
-  void post(std::function<Status()> task);
+  // Queues task; returns its ticket.
+  uint64_t post(std::function<Status()> task);
+  // The ticket of the last task posted (0: none).
+  uint64_t lastTicket() const { return posted_.load(std::memory_order_acquire); }
   bool busy() const;
   Status error() const;
   // Blocks until no task is queued or running, or deadlineNs (CLOCK_MONOTONIC) passes.
   bool waitIdle(int64_t deadlineNs) const;
+  // Registers a waiter (under the registry's mutex); wait() unregisters it.
+  void enterWait();
+  // Task `ticket`'s result once it is done; Status(loomInProgress) if deadlineNs (nowNs())
+  // passes first. Spins briefly before it blocks. Leaves the wait entered by enterWait().
+  Status wait(uint64_t ticket, int64_t deadlineNs);
   void stop(bool drop);
 
  private:
+  struct Task {
+    uint64_t ticket;
+    std::function<Status()> run;
+  };
   void run(int rank);
+  // Under m_: marks every ticket up to the first still queued as done.
+  void advanceDone();
 
   mutable std::mutex m_;
   mutable std::condition_variable cv_;
-  std::deque<std::function<Status()>> queue_;
+  std::deque<Task> queue_;
   bool running_ = false;
   bool stopping_ = false;
+  int waiters_ = 0;
   Status error_;
+  std::map<uint64_t, Status> failed_;  // results of the tasks that failed (or were dropped)
+  std::atomic<uint64_t> posted_{0};    // written under m_
+  std::atomic<uint64_t> done_{0};      // tickets <= done_ are finished; written under m_
   std::thread thread_;
 };
 
