@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs what Loom needs to build and test, from Debian 12's packages.
+# Installs what Loom needs to build and test: Debian 12's packages, then the Python side's
+# packages (python/requirements.txt, pinned) into .venv, the interpreter that the Python tests
+# and benchmarks use (tests/python/run.sh, bench/python/). LOOM_VENV moves it.
 set -euo pipefail
 pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev iproute2 procps
       openmpi-bin libopenmpi-dev libgloo-dev pkg-config
       libhwloc-dev libxml2-dev libssl-dev nlohmann-json3-dev chromium
-      python3-pip python3-setuptools python3-wheel python3-numpy python3-torch
+      python3-pip python3-setuptools python3-wheel python3-numpy python3-venv
       clang libclang-rt-14-dev
       libibverbs-dev ibverbs-providers qemu-system-x86 busybox-static cpio)
 missing=()
@@ -17,4 +19,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq || true
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The virtual environment, made from Debian's interpreter where there is one.
+venv=${LOOM_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv}
+req=$(cd "$(dirname "$0")/../python" && pwd)/requirements.txt
+base=python3
+[ -x /usr/bin/python3 ] && base=/usr/bin/python3
+[ -x "$venv/bin/python" ] || "$base" -m venv "$venv"
+# Installs nothing when every pin is already met (a second run takes about a second).
+if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >"$venv/pip.log" 2>&1; then
+  cat "$venv/pip.log" >&2
+  exit 1
 fi

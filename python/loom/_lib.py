@@ -80,6 +80,11 @@ _PROTOTYPES = {
 }
 
 
+def _instrumented(build_dir):
+    """Whether a build tree's name says it is a sanitizer or fuzzing build."""
+    return any(tag in build_dir for tag in ("asan", "tsan", "ubsan", "msan", "sanitize", "fuzz"))
+
+
 def candidates():
     """The paths tried, in order (for error messages and tests)."""
     out = []
@@ -88,8 +93,11 @@ def candidates():
         return [env]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.isfile(os.path.join(repo, "include", "loom", "loom.h")):
-        # Newest build first, so a fresh build wins over a stale one.
-        found = glob.glob(os.path.join(repo, "build*", "libloom.so.0"))
+        # Newest build first, so a fresh build wins over a stale one; sanitizer builds
+        # (build-asan, build-tsan, ...) only when LOOM_LIBRARY names them, since their
+        # runtime must come first in the process.
+        found = [p for p in glob.glob(os.path.join(repo, "build*", "libloom.so.0"))
+                 if not _instrumented(os.path.basename(os.path.dirname(p)))]
         out.extend(sorted(found, key=os.path.getmtime, reverse=True))
     out.append("libloom.so.0")  # the system loader's search path
     return out

@@ -4,17 +4,25 @@
 #                             bench/python/mem_alloc_bench.py, then `pip install` of python/
 #                             into a temporary folder (offline, --no-build-isolation) and an
 #                             import of the installed copy
-#   run.sh LIBLOOM torch      test_torch_backend.py; exit 77 (skip) where torch is not installed
-# The interpreter is $LOOM_PYTHON, else Debian's /usr/bin/python3 (where scripts/setup.sh installs
-# python3-numpy and python3-torch), else python3 on PATH.
+#   run.sh LIBLOOM torch      test_torch_backend.py (the loom torch backend against gloo)
+#   run.sh LIBLOOM suite      torch_suite.py: PyTorch's own distributed suite on gloo and loom
+#                             (2 and 3 processes); torch and suite exit 77 (skip) without torch
+# The interpreter is $LOOM_PYTHON, else the project's .venv (scripts/setup.sh makes it, with
+# torch 2.13.0), else Debian's /usr/bin/python3, else python3 on PATH.
 set -uo pipefail
-[ $# -eq 2 ] || { echo "usage: $0 LIBLOOM bindings|torch" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: $0 LIBLOOM bindings|torch|suite" >&2; exit 2; }
 lib=$(readlink -f "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../../python" && pwd)
 py=${LOOM_PYTHON:-}
 if [ -z "$py" ]; then
-  if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; else py=$(command -v python3); fi
+  if [ -x "$here/../../.venv/bin/python" ]; then
+    py=$here/../../.venv/bin/python
+  elif [ -x /usr/bin/python3 ]; then
+    py=/usr/bin/python3
+  else
+    py=$(command -v python3)
+  fi
 fi
 [ -n "$py" ] || { echo "SKIP: no python3"; exit 77; }
 export LOOM_LIBRARY=$lib PYTHONPATH=$src:$here PYTHONDONTWRITEBYTECODE=1
@@ -62,12 +70,16 @@ with loom.Communicator(0, 1, loom.unique_id()) as c:
 print("pip install: ok, loom %d from %s" % (v, os.path.dirname(loom.__file__)))' "$work/site") || {
       echo "FAIL: the pip-installed package does not work"; exit 1; }
     ;;
-  torch)
+  torch|suite)
     if ! "$py" -c 'import torch.distributed' >/dev/null 2>&1; then
-      echo "SKIP: torch not installed for $py (scripts/setup.sh installs Debian's python3-torch)"
+      echo "SKIP: torch not installed for $py (scripts/setup.sh installs torch 2.13.0 in .venv)"
       exit 77
     fi
-    "$py" -m unittest -v test_torch_backend 2>&1
+    if [ "$2" = torch ]; then
+      "$py" -m unittest -v test_torch_backend 2>&1
+    else
+      "$py" "$here/torch_suite.py" 2>&1
+    fi
     ;;
-  *) echo "usage: $0 LIBLOOM bindings|torch" >&2; exit 2 ;;
+  *) echo "usage: $0 LIBLOOM bindings|torch|suite" >&2; exit 2 ;;
 esac

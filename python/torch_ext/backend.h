@@ -1,0 +1,170 @@
+// The "loom" torch.distributed backend: a c10d::Backend for CPU tensors over
+// Loom's public C API (loom.h), nothing else of Loom.
+//
+// Contract. Each collective is queued on a non-blocking Loom communicator and
+// returns its Work at once; Loom's worker thread moves the bytes while the caller
+// goes on. A Work completes when its own operation does (loomCommWaitTicket on the
+// operation's ticket), not when the whole queue drains. wait() honours its timeout
+// (else the group's) and throws a DistBackendError with Loom's message, which names
+// the failed peer. getFuture()'s future is completed by a completion thread that
+// starts with the first future asked for; the tensors of a Work stay referenced
+// until it completes. Calls whose outputs are not one contiguous tensor (lists of
+// tensors) land in a staging tensor and are copied out once, by whichever of
+// wait() and the completion thread sees the operation finish first.
+//
+// Thread safety: collectives are issued by one thread at a time (torch's
+// contract for a process group); wait(), isCompleted() and getFuture() may be
+// called from any thread.
+#pragma once
+
+#include <loom/loom.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace loom::torchext {
+
+class LoomBackend;
+
+class LoomWork : public c10d::Work {
+ public:
+  LoomWork(LoomBackend* backend, c10d::OpType type, std::vector<at::Tensor> outputs,
+           std::function<void()> epilogue, std::vector<at::Tensor> keep);
+  ~LoomWork() override;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override;
+  uint64_t getSequencenumber() const override { return seq_; }
+
+  // Set once the operation is queued (at once, or at the end of a coalescing block).
+  void setTicket(uint64_t ticket, uint64_t seq) {
+    ticket_ = ticket;
+    seq_ = seq;
+  }
+  uint64_t ticket() const { return ticket_; }
+  // Records the operation's result (once): runs the epilogue on success and completes the
+  // future. Returns the exception, if any.
+  std::exception_ptr complete(loomResult_t r, const std::string& message);
+
+ private:
+  LoomBackend* backend_;
+  uint64_t ticket_ = 0;
+  uint64_t seq_ = 0;
+  std::vector<at::Tensor> outputs_;
+  std::function<void()> epilogue_;
+  std::vector<at::Tensor> keep_;  // inputs and staging tensors the operation reads or writes
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class LoomBackend : public c10d::Backend {
+ public:
+  // Joins the group: rank 0 makes Loom's unique id and publishes it in store.
+  LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+              std::chrono::milliseconds timeout);
+  ~LoomBackend() override;
+
+  const std::string getBackendName() const override { return "loom"; }
+  bool supportsSplitting() const override { return true; }
+  bool supportsCoalescing() const override { return true; }
+  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  void abort() override;
+  void shutdown() override;
+
+  using Work = c10::intrusive_ptr<c10d::Work>;
+  Work broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  Work allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  Work allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                           const c10d::AllreduceCoalescedOptions& opts) override;
+  Work reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  Work allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                 const c10d::AllgatherOptions& opts) override;
+  Work _allgather_base(at::Tensor& output, at::Tensor& input,
+                       const c10d::AllgatherOptions& opts) override;
+  Work allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                           std::vector<at::Tensor>& inputs,
+                           const c10d::AllgatherOptions& opts) override;
+  Work allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                       std::vector<at::Tensor>& inputs,
+                                       const c10d::AllgatherOptions& opts) override;
+  Work gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+              const c10d::GatherOptions& opts) override;
+  Work scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+               const c10d::ScatterOptions& opts) override;
+  Work reduce_scatter(std::vector<at::Tensor>& outputs,
+                      std::vector<std::vector<at::Tensor>>& inputs,
+                      const c10d::ReduceScatterOptions& opts) override;
+  Work _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                            const c10d::ReduceScatterOptions& opts) override;
+  Work reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                       std::vector<at::Tensor>& inputs,
+                                       const c10d::ReduceScatterOptions& opts) override;
+  Work alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                     std::vector<int64_t>& inputSplits,
+                     const c10d::AllToAllOptions& opts) override;
+  Work alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                const c10d::AllToAllOptions& opts) override;
+  Work send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  Work recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  Work barrier(const c10d::BarrierOptions& opts) override;
+
+  // For LoomWork.
+  loomComm_t comm() const { return comm_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // Hands the work to the completion thread (started on first use).
+  void completeInBackground(c10::intrusive_ptr<LoomWork> work);
+  // The error text of a failed operation, naming this rank.
+  std::string describe(loomResult_t r, const std::string& message, const LoomWork& w) const;
+
+ private:
+  // Queues one operation: issue() makes the Loom calls (inside a group when it makes several);
+  // the work gets the operation's ticket.
+  Work enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+               const std::function<void()>& issue, std::function<void()> epilogue = nullptr,
+               std::vector<at::Tensor> keep = {});
+  loomRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t);
+  // All-gathers of several inputs as one operation, each into a staging tensor copied out
+  // once done: outputOf(i, r) is where input i of rank r lands.
+  Work allgatherStaged(std::vector<at::Tensor>& inputs,
+                       const std::function<at::Tensor&(size_t, int)>& outputOf,
+                       c10d::OpType type);
+  // A sparse (COO) all-reduce, run to completion here: sizes, then indices and values are
+  // all-gathered and summed.
+  Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  void completionLoop();
+  void stopCompletion();
+
+  loomComm_t comm_ = nullptr;
+  std::chrono::milliseconds timeout_;
+  uint64_t seq_ = 0;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<LoomWork>> coalesced_;
+  std::vector<at::Tensor> coalescedOutputs_;
+  std::map<std::pair<int, double>, loomRedOp_t> premul_;  // (dtype, factor) -> op
+
+  std::mutex cm_;
+  std::condition_variable ccv_;
+  std::deque<c10::intrusive_ptr<LoomWork>> pending_;
+  bool stopping_ = false;
+  std::thread completer_;
+};
+
+
+}  // namespace loom::torchext

@@ -1,0 +1,517 @@
+// The loom backend's collectives: each checks its tensors, makes its Loom calls
+// (several as one group, so one ticket) and returns the queued Work. Data that only
+// moves (broadcast, gathers, scatters, all-to-all, send/receive) moves as bytes, so
+// every dtype works; reductions take Loom's type of the tensor.
+#include <ATen/ATen.h>
+
+#include "backend.h"
+#include "util.h"
+
+namespace loom::torchext {
+
+namespace {
+
+std::string nth(const char* arg, size_t i) { return std::string(arg) + "[" + std::to_string(i) + "]"; }
+
+// Element-wise operations (all-reduce, broadcast, reduce, send, receive) take any dense layout
+// (channels_last, say: every rank's tensor has the same one); the rest need contiguous tensors.
+enum class Layout { Contiguous, Dense };
+
+void checkTensor(const at::Tensor& t, const std::string& arg, Layout layout = Layout::Contiguous) {
+  if (!t.defined()) fail(arg + ": undefined tensor");
+  if (!t.device().is_cpu())
+    fail(arg + ": a tensor on " + t.device().str() +
+         "; the loom backend moves CPU tensors (register another backend for this device)");
+  if (t.is_sparse()) fail(arg + ": sparse tensors are not supported by the loom backend");
+  if (layout == Layout::Dense ? !t.is_non_overlapping_and_dense() : !t.is_contiguous())
+    fail(arg + (layout == Layout::Dense ? ": the tensor is not dense (a strided view)"
+                                        : ": the tensor is not contiguous"));
+}
+
+void checkList(const std::vector<at::Tensor>& ts, const char* arg,
+               Layout layout = Layout::Contiguous) {
+  if (ts.empty()) fail(std::string(arg) + ": empty tensor list");
+  for (size_t i = 0; i < ts.size(); ++i) checkTensor(ts[i], nth(arg, i), layout);
+}
+
+void checkSame(const at::Tensor& a, const at::Tensor& b, const std::string& arg, int64_t numel) {
+  if (a.scalar_type() != b.scalar_type())
+    fail(arg + ": " + c10::toString(b.scalar_type()) + ", the input is " +
+         c10::toString(a.scalar_type()));
+  if (b.numel() != numel)
+    fail(arg + ": " + std::to_string(b.numel()) + " elements, expected " + std::to_string(numel));
+}
+
+size_t bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+at::Tensor flatten(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(ts.size());
+  for (const at::Tensor& t : ts) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
+  int64_t at = 0;
+  for (at::Tensor& t : ts) {
+    t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+}
+
+template <typename F>
+void grouped(F&& calls) {
+  check(loomGroupStart(), "loomGroupStart");
+  try {
+    calls();
+  } catch (...) {
+    (void)loomGroupEnd();
+    throw;
+  }
+  check(loomGroupEnd(), "loomGroupEnd");
+}
+
+int rootOf(int64_t root, int size) {
+  if (root < 0 || root >= size)
+    fail("rootRank: " + std::to_string(root) + " is not a rank of this group of " +
+         std::to_string(size));
+  return static_cast<int>(root);
+}
+
+}  // namespace
+
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+WorkPtr LoomBackend::broadcast(std::vector<at::Tensor>& tensors,
+                               const c10d::BroadcastOptions& opts) {
+  checkList(tensors, "tensors", Layout::Dense);
+  const int root = rootOf(opts.rootRank, getSize());
+  return enqueue(c10d::OpType::BROADCAST, tensors, [&] {
+    grouped([&] {
+      for (at::Tensor& t : tensors)
+        check(loomBroadcast(t.data_ptr(), t.data_ptr(), bytes(t), loomUint8, root, comm_, nullptr),
+              "loomBroadcast");
+    });
+  });
+}
+
+WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
+                               const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
+    return allreduceSparse(tensors[0], opts);
+  checkList(tensors, "tensors", Layout::Dense);
+  if (tensors.size() == 1) {  // the common case, without a group
+    at::Tensor& t = tensors[0];
+    const loomRedOp_t op = redOp(opts.reduceOp, t);
+    return enqueue(c10d::OpType::ALLREDUCE, tensors, [&] {
+      check(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), reduceType(t), op, comm_, nullptr),
+            "loomAllReduce");
+    });
+  }
+  return allreduce_coalesced(tensors, c10d::AllreduceCoalescedOptions{opts});
+}
+
+WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
+  if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) fail("op: a sparse all-reduce sums (SUM only)");
+  if (!t.device().is_cpu()) fail("tensors[0]: a sparse tensor on " + t.device().str());
+  const int n = getSize();
+  const at::Tensor in = t.coalesce();
+  const at::Tensor idx = in.indices().contiguous();  // [sparse dims, nnz], int64
+  const at::Tensor val = in.values().contiguous();   // [nnz, dense dims...]
+  const int64_t nnz = in._nnz();
+  // Each step is queued and waited for: the next one's sizes depend on it.
+  auto step = [&](const std::function<void()>& issue) {
+    issue();
+    uint64_t ticket = 0;
+    check(loomCommLastTicket(comm_, &ticket), "loomCommLastTicket");
+    const loomResult_t r = loomCommWaitTicket(comm_, ticket, -1);
+    if (r != loomSuccess)
+      fail("rank " + std::to_string(getRank()) + ": sparse all-reduce failed: " +
+           loomGetErrorString(r) + ": " + loomGetLastError(nullptr));
+  };
+  at::Tensor mine = at::full({1}, nnz, at::kLong), counts = at::empty({n}, at::kLong);
+  step([&] {
+    check(loomAllGather(mine.data_ptr(), counts.data_ptr(), 1, loomInt64, comm_, nullptr),
+          "loomAllGather");
+  });
+  const int64_t most = counts.max().item<int64_t>();
+  at::Tensor idxPad = at::zeros({idx.size(0), most}, idx.options());
+  idxPad.narrow(1, 0, nnz).copy_(idx);
+  std::vector<int64_t> shape = val.sizes().vec();
+  shape[0] = most;
+  at::Tensor valPad = at::zeros(shape, val.options());
+  valPad.narrow(0, 0, nnz).copy_(val);
+  at::Tensor idxAll = at::empty({n, idx.size(0), most}, idx.options());
+  shape.insert(shape.begin(), n);
+  at::Tensor valAll = at::empty(shape, val.options());
+  step([&] {
+    grouped([&] {
+      check(loomAllGather(idxPad.data_ptr(), idxAll.data_ptr(), bytes(idxPad), loomUint8, comm_,
+                          nullptr),
+            "loomAllGather");
+      check(loomAllGather(valPad.data_ptr(), valAll.data_ptr(), bytes(valPad), loomUint8, comm_,
+                          nullptr),
+            "loomAllGather");
+    });
+  });
+  std::vector<at::Tensor> idxs, vals;
+  for (int r = 0; r < n; ++r) {
+    const int64_t c = counts[r].item<int64_t>();
+    idxs.push_back(idxAll[r].narrow(1, 0, c));
+    vals.push_back(valAll[r].narrow(0, 0, c));
+  }
+  t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes()).coalesce());
+  ++seq_;
+  auto w = c10::make_intrusive<LoomWork>(this, c10d::OpType::ALLREDUCE,
+                                         std::vector<at::Tensor>{t}, nullptr,
+                                         std::vector<at::Tensor>{});
+  w->complete(loomSuccess, "");
+  return w;
+}
+
+WorkPtr LoomBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                         const c10d::AllreduceCoalescedOptions& opts) {
+  checkList(tensors, "tensors", Layout::Dense);
+  std::vector<loomRedOp_t> ops;
+  for (const at::Tensor& t : tensors) ops.push_back(redOp(opts.reduceOp, t));
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
+    grouped([&] {
+      for (size_t i = 0; i < tensors.size(); ++i)
+        check(loomAllReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), tensors[i].numel(),
+                            reduceType(tensors[i]), ops[i], comm_, nullptr),
+              "loomAllReduce");
+    });
+  });
+}
+
+WorkPtr LoomBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  checkList(tensors, "tensors", Layout::Dense);
+  const int root = rootOf(opts.rootRank, getSize());
+  std::vector<loomRedOp_t> ops;
+  for (const at::Tensor& t : tensors) ops.push_back(redOp(opts.reduceOp, t));
+  return enqueue(c10d::OpType::REDUCE, tensors, [&] {
+    grouped([&] {
+      for (size_t i = 0; i < tensors.size(); ++i)
+        check(loomReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), tensors[i].numel(),
+                         reduceType(tensors[i]), ops[i], root, comm_, nullptr),
+              "loomReduce");
+    });
+  });
+}
+
+WorkPtr LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                     const c10d::AllgatherOptions&) {
+  checkTensor(input, "input");
+  checkTensor(output, "output");
+  checkSame(input, output, "output", input.numel() * getSize());
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [&] {
+    check(loomAllGather(input.data_ptr(), output.data_ptr(), bytes(input), loomUint8, comm_, nullptr),
+          "loomAllGather");
+  }, nullptr, {input});
+}
+
+WorkPtr LoomBackend::allgatherStaged(std::vector<at::Tensor>& inputs,
+                                     const std::function<at::Tensor&(size_t, int)>& outputOf,
+                                     c10d::OpType type) {
+  checkList(inputs, "input_tensors");
+  std::vector<at::Tensor> staged, flatOutputs, keep = inputs;
+  std::vector<std::vector<at::Tensor>> outs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (int r = 0; r < getSize(); ++r) {
+      at::Tensor& o = outputOf(i, r);
+      const std::string arg = "output_tensors (input " + std::to_string(i) + ", rank " +
+                              std::to_string(r) + ")";
+      checkTensor(o, arg);
+      checkSame(inputs[i], o, arg, inputs[i].numel());
+      outs[i].push_back(o);
+      flatOutputs.push_back(o);
+    }
+    staged.push_back(at::empty({inputs[i].numel() * getSize()}, inputs[i].options()));
+    keep.push_back(staged.back());
+  }
+  return enqueue(
+      type, flatOutputs,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < inputs.size(); ++i)
+            check(loomAllGather(inputs[i].data_ptr(), staged[i].data_ptr(), bytes(inputs[i]),
+                                loomUint8, comm_, nullptr),
+                  "loomAllGather");
+        });
+      },
+      [staged, outs]() mutable {
+        for (size_t i = 0; i < staged.size(); ++i) unflatten(staged[i], outs[i]);
+      },
+      keep);
+}
+
+WorkPtr LoomBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                               std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  // outputs[i][r]: input i of rank r.
+  if (outputs.size() != inputs.size())
+    fail("output_tensors: " + std::to_string(outputs.size()) + " lists for " +
+         std::to_string(inputs.size()) + " inputs");
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].size() != static_cast<size_t>(getSize()))
+      fail(nth("output_tensors", i) + ": " + std::to_string(outputs[i].size()) +
+           " tensors for a group of " + std::to_string(getSize()));
+  return allgatherStaged(
+      inputs, [&](size_t i, int r) -> at::Tensor& { return outputs[i][r]; },
+      c10d::OpType::ALLGATHER);
+}
+
+WorkPtr LoomBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::AllgatherOptions&) {
+  // outputs[r][i]: input i of rank r.
+  if (outputs.size() != static_cast<size_t>(getSize()))
+    fail("output_tensor_lists: " + std::to_string(outputs.size()) + " lists for a group of " +
+         std::to_string(getSize()));
+  for (size_t r = 0; r < outputs.size(); ++r)
+    if (outputs[r].size() != inputs.size())
+      fail(nth("output_tensor_lists", r) + ": " + std::to_string(outputs[r].size()) +
+           " tensors for " + std::to_string(inputs.size()) + " inputs");
+  return allgatherStaged(
+      inputs, [&](size_t i, int r) -> at::Tensor& { return outputs[r][i]; },
+      c10d::OpType::ALLGATHER_COALESCED);
+}
+
+WorkPtr LoomBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions&) {
+  checkList(inputs, "inputs");
+  checkList(outputs, "outputs");
+  if (outputs.size() != inputs.size()) fail("outputs: not one per input");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    checkSame(inputs[i], outputs[i], nth("outputs", i), inputs[i].numel() * getSize());
+  return enqueue(c10d::OpType::COALESCED, outputs, [&] {
+    grouped([&] {
+      for (size_t i = 0; i < inputs.size(); ++i)
+        check(loomAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytes(inputs[i]),
+                            loomUint8, comm_, nullptr),
+              "loomAllGather");
+    });
+  }, nullptr, inputs);
+}
+
+WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                            std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  checkList(inputs, "input_tensors");
+  const int root = rootOf(opts.rootRank, getSize());
+  at::Tensor& in = inputs[0];
+  if (getRank() != root) {
+    return enqueue(c10d::OpType::GATHER, {}, [&] {
+      check(loomGather(in.data_ptr(), nullptr, bytes(in), loomUint8, root, comm_, nullptr),
+            "loomGather");
+    }, nullptr, {in});
+  }
+  if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
+    fail("output_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
+  for (size_t r = 0; r < outputs[0].size(); ++r)
+    checkSame(in, outputs[0][r], nth("output_tensors[0]", r), in.numel());
+  at::Tensor staged = at::empty({in.numel() * getSize()}, in.options());
+  return enqueue(
+      c10d::OpType::GATHER, outputs[0],
+      [&] {
+        check(loomGather(in.data_ptr(), staged.data_ptr(), bytes(in), loomUint8, root, comm_,
+                         nullptr),
+              "loomGather");
+      },
+      [staged, outs = outputs[0]]() mutable { unflatten(staged, outs); }, {in, staged});
+}
+
+WorkPtr LoomBackend::scatter(std::vector<at::Tensor>& outputs,
+                             std::vector<std::vector<at::Tensor>>& inputs,
+                             const c10d::ScatterOptions& opts) {
+  checkList(outputs, "output_tensors");
+  const int root = rootOf(opts.rootRank, getSize());
+  at::Tensor& out = outputs[0];
+  at::Tensor send;
+  if (getRank() == root) {
+    if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(getSize()))
+      fail("input_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
+    for (size_t r = 0; r < inputs[0].size(); ++r)
+      checkSame(out, inputs[0][r], nth("input_tensors[0]", r), out.numel());
+    send = flatten(inputs[0]);
+  }
+  return enqueue(c10d::OpType::SCATTER, outputs, [&] {
+    check(loomScatter(send.defined() ? send.data_ptr() : nullptr, out.data_ptr(), bytes(out),
+                      loomUint8, root, comm_, nullptr),
+          "loomScatter");
+  }, nullptr, send.defined() ? std::vector<at::Tensor>{send} : std::vector<at::Tensor>{});
+}
+
+WorkPtr LoomBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                          const c10d::ReduceScatterOptions& opts) {
+  checkTensor(input, "input");
+  checkTensor(output, "output");
+  checkSame(output, input, "input", output.numel() * getSize());
+  const loomRedOp_t op = redOp(opts.reduceOp, output);
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] {
+    check(loomReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), reduceType(output),
+                            op, comm_, nullptr),
+          "loomReduceScatter");
+  }, nullptr, {input});
+}
+
+WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                    const c10d::ReduceScatterOptions& opts) {
+  checkList(outputs, "output_tensors");
+  if (inputs.size() != outputs.size()) fail("input_tensors: not one list per output");
+  std::vector<at::Tensor> flats;
+  std::vector<loomRedOp_t> ops;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (inputs[i].size() != static_cast<size_t>(getSize()))
+      fail(nth("input_tensors", i) + ": " + std::to_string(inputs[i].size()) +
+           " tensors for a group of " + std::to_string(getSize()));
+    for (size_t r = 0; r < inputs[i].size(); ++r)
+      checkSame(outputs[i], inputs[i][r], nth("input_tensors", i) + "[" + std::to_string(r) + "]",
+                outputs[i].numel());
+    flats.push_back(flatten(inputs[i]));
+    ops.push_back(redOp(opts.reduceOp, outputs[i]));
+  }
+  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
+    grouped([&] {
+      for (size_t i = 0; i < outputs.size(); ++i)
+        check(loomReduceScatter(flats[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
+                                reduceType(outputs[i]), ops[i], comm_, nullptr),
+              "loomReduceScatter");
+    });
+  }, nullptr, flats);
+}
+
+WorkPtr LoomBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::ReduceScatterOptions& opts) {
+  checkList(outputs, "outputs");
+  checkList(inputs, "inputs");
+  if (inputs.size() != outputs.size()) fail("inputs: not one per output");
+  std::vector<loomRedOp_t> ops;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    checkSame(outputs[i], inputs[i], nth("inputs", i), outputs[i].numel() * getSize());
+    ops.push_back(redOp(opts.reduceOp, outputs[i]));
+  }
+  return enqueue(c10d::OpType::COALESCED, outputs, [&] {
+    grouped([&] {
+      for (size_t i = 0; i < outputs.size(); ++i)
+        check(loomReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
+                                reduceType(outputs[i]), ops[i], comm_, nullptr),
+              "loomReduceScatter");
+    });
+  }, nullptr, inputs);
+}
+
+namespace {
+
+// Byte counts and offsets of the blocks of t split by rows (splits empty: equal blocks).
+void blocksOf(const at::Tensor& t, const std::vector<int64_t>& splits, int n, const char* arg,
+              std::vector<size_t>& counts, std::vector<size_t>& displs) {
+  const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+  const size_t rowBytes = rows > 0 ? bytes(t) / static_cast<size_t>(rows) : 0;
+  counts.assign(n, 0);
+  displs.assign(n, 0);
+  if (splits.empty()) {
+    if (rows % n)
+      fail(std::string(arg) + "_split_sizes: none given, and " + std::to_string(rows) +
+           " rows do not split into " + std::to_string(n) + " equal blocks");
+    for (int j = 0; j < n; ++j) counts[j] = rowBytes * (rows / n);
+  } else {
+    int64_t sum = 0;
+    for (int64_t s : splits) sum += s;
+    if (static_cast<int>(splits.size()) != n || sum != rows)
+      fail(std::string(arg) + "_split_sizes: " + std::to_string(splits.size()) +
+           " sizes summing to " + std::to_string(sum) + " for " + std::to_string(n) +
+           " ranks and " + std::to_string(rows) + " rows");
+    for (int j = 0; j < n; ++j) counts[j] = rowBytes * static_cast<size_t>(splits[j]);
+  }
+  for (int j = 1; j < n; ++j) displs[j] = displs[j - 1] + counts[j - 1];
+}
+
+}  // namespace
+
+WorkPtr LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                   std::vector<int64_t>& outputSplits,
+                                   std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions&) {
+  checkTensor(input, "input");
+  checkTensor(output, "output");
+  if (input.scalar_type() != output.scalar_type()) fail("output: not the input's dtype");
+  const int n = getSize();
+  if (outputSplits.empty() && inputSplits.empty()) {
+    if (input.numel() != output.numel() || input.numel() % n)
+      fail("output: " + std::to_string(output.numel()) + " elements for an input of " +
+           std::to_string(input.numel()) + " in " + std::to_string(n) + " equal blocks");
+    return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
+      check(loomAllToAll(input.data_ptr(), output.data_ptr(), bytes(input) / n, loomUint8, comm_,
+                         nullptr),
+            "loomAllToAll");
+    }, nullptr, {input});
+  }
+  std::vector<size_t> sc, sd, rc, rd;
+  blocksOf(input, inputSplits, n, "input", sc, sd);
+  blocksOf(output, outputSplits, n, "output", rc, rd);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
+    check(loomAllToAllv(input.data_ptr(), sc.data(), sd.data(), output.data_ptr(), rc.data(),
+                        rd.data(), loomUint8, comm_, nullptr),
+          "loomAllToAllv");
+  }, nullptr, {input});
+}
+
+WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                              const c10d::AllToAllOptions&) {
+  const int n = getSize();
+  if (static_cast<int>(outputs.size()) != n || static_cast<int>(inputs.size()) != n)
+    fail("output_tensor_list and input_tensor_list: one tensor per rank (" + std::to_string(n) + ")");
+  checkList(inputs, "input_tensor_list");
+  checkList(outputs, "output_tensor_list");
+  at::Tensor send = flatten(inputs);
+  int64_t total = 0;
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  for (int j = 0; j < n; ++j) {
+    sc[j] = bytes(inputs[j]);
+    rc[j] = bytes(outputs[j]);
+    total += outputs[j].numel();
+    if (j > 0) {
+      sd[j] = sd[j - 1] + sc[j - 1];
+      rd[j] = rd[j - 1] + rc[j - 1];
+    }
+  }
+  at::Tensor recv = at::empty({total}, outputs[0].options());
+  return enqueue(
+      c10d::OpType::ALLTOALL, outputs,
+      [&] {
+        check(loomAllToAllv(send.data_ptr(), sc.data(), sd.data(), recv.data_ptr(), rc.data(),
+                            rd.data(), loomUint8, comm_, nullptr),
+              "loomAllToAllv");
+      },
+      [recv, outs = outputs]() mutable { unflatten(recv, outs); }, {send, recv});
+}
+
+WorkPtr LoomBackend::send(std::vector<at::Tensor>& tensors, int dst, int) {
+  checkList(tensors, "tensors", Layout::Dense);
+  if (dst < 0 || dst >= getSize()) fail("dst: " + std::to_string(dst) + " is not a rank of this group");
+  return enqueue(c10d::OpType::SEND, tensors, [&] {
+    grouped([&] {
+      for (at::Tensor& t : tensors)
+        check(loomSend(t.data_ptr(), bytes(t), loomUint8, dst, comm_, nullptr), "loomSend");
+    });
+  });
+}
+
+WorkPtr LoomBackend::recv(std::vector<at::Tensor>& tensors, int src, int) {
+  checkList(tensors, "tensors", Layout::Dense);
+  if (src < 0 || src >= getSize()) fail("src: " + std::to_string(src) + " is not a rank of this group");
+  return enqueue(c10d::OpType::RECV, tensors, [&] {
+    grouped([&] {
+      for (at::Tensor& t : tensors)
+        check(loomRecv(t.data_ptr(), bytes(t), loomUint8, src, comm_, nullptr), "loomRecv");
+    });
+  });
+}
+
+WorkPtr LoomBackend::barrier(const c10d::BarrierOptions&) {
+  return enqueue(c10d::OpType::BARRIER, {},
+                 [&] { check(loomBarrier(comm_, nullptr), "loomBarrier"); });
+}
+
+}  // namespace loom::torchext
