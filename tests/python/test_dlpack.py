@@ -136,7 +136,7 @@ def ref_reduce_wrapped(name, ranks):
 
 
 class TorchTensors(unittest.TestCase):
-    @unittest.skipIf(not HAVE_TORCH, "torch not installed (scripts/setup.sh installs python3-torch)")
+    @unittest.skipIf(not HAVE_TORCH, "torch not installed (scripts/setup.sh installs torch 2.13.0 into .venv)")
     def test_collectives_on_torch_cpu_tensors(self):
         ranks = range(N)
         for rank, out in enumerate(run_ranks(N, body_torch)):
