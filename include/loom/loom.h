@@ -227,7 +227,8 @@ loomResult_t loomCommLastTicket(loomComm_t comm, uint64_t* ticket);
 /// loomRemoteError).
 /// @param ticket from loomCommLastTicket.
 /// @param timeoutMs 0 tests without waiting; a negative value waits up to the communicator's
-///        timeout.
+///        timeout, and then the calling thread runs the operations up to ticket itself where
+///        the communicator's thread has not taken them yet (no hand-over to pay).
 /// @return the operation's own result: loomSuccess, or its error (loomGetLastError names the
 ///         peer or argument at fault); loomInProgress when it has not finished within
 ///         timeoutMs.

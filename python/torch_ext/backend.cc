@@ -92,11 +92,13 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
     }
   }
   if (ticket_ == 0) fail("wait(): the operation is still inside a coalescing block");
-  const int64_t ms = timeout.count() <= 0  // kNoTimeout: the group's
-                         ? backend_->timeout().count()
-                         : timeout.count();
+  // kNoTimeout: the group's, which is its communicator's (-1: the waiting thread may then run
+  // the operation itself if Loom's thread has not taken it yet).
+  const bool groupTimeout = timeout.count() <= 0;
+  const int64_t ms = groupTimeout ? backend_->timeout().count() : timeout.count();
   const loomResult_t r = loomCommWaitTicket(
-      backend_->comm(), ticket_, static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
+      backend_->comm(), ticket_,
+      groupTimeout ? -1 : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
   if (r == loomInProgress)
     std::rethrow_exception(backendError(
         "loom: rank " + std::to_string(backend_->getRank()) + ": " +

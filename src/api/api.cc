@@ -255,7 +255,7 @@ Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
     w->enterWait();  // the worker (and so the handle) outlives this wait: destroy waits for it
   }
   const int64_t ms = timeoutMs >= 0 ? timeoutMs : h->timeoutMs;
-  return w->wait(ticket, nowNs() + ms * 1000000);
+  return w->wait(ticket, nowNs() + ms * 1000000, timeoutMs < 0);
 }
 
 

@@ -57,11 +57,24 @@ void AsyncWorker::enterWait() {
   ++waiters_;
 }
 
-Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs) {
+Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
   const int64_t spinUntil = std::min(deadlineNs, nowNs() + kWaitSpinNs);
-  while (done_.load(std::memory_order_acquire) < ticket && nowNs() < spinUntil) cpuRelax();
   std::unique_lock<std::mutex> lock(m_);
   while (done_.load(std::memory_order_relaxed) < ticket) {
+    // The waiting thread runs the task itself when the worker has not taken it yet (it is next,
+    // and nothing runs): a caller that waits at once pays no hand-over to the worker thread.
+    if (mayRun && !running_ && !stopping_ && !queue_.empty() && queue_.front().ticket <= ticket) {
+      Task task = std::move(queue_.front());
+      queue_.pop_front();
+      runTask(task, lock);
+      continue;
+    }
+    if (nowNs() < spinUntil) {
+      lock.unlock();
+      while (done_.load(std::memory_order_acquire) < ticket && nowNs() < spinUntil) cpuRelax();
+      lock.lock();
+      continue;
+    }
     const int64_t left = deadlineNs - nowNs();
     if (left <= 0) break;
     cv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(left, 100000000)));
@@ -75,6 +88,28 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs) {
   }
   if (--waiters_ == 0) cv_.notify_all();
   return s;
+}
+
+void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
+  running_ = true;
+  lock.unlock();
+  Status s;
+  try {
+    s = task.run();
+  } catch (const std::exception& e) {
+    s = LOOM_ERROR(loomInternalError, std::string("internal error: ") + e.what());
+  } catch (...) {
+    s = LOOM_ERROR(loomInternalError, "internal error (unknown exception)");
+  }
+  task.run = nullptr;
+  lock.lock();
+  running_ = false;
+  if (!s.isOk()) {
+    if (error_.isOk()) error_ = s;
+    failed_[task.ticket] = s;
+  }
+  advanceDone();
+  cv_.notify_all();
 }
 
 void AsyncWorker::advanceDone() {
@@ -104,29 +139,11 @@ void AsyncWorker::run(int rank) {
   log::setThreadRank(rank);
   std::unique_lock<std::mutex> lock(m_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    cv_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
     if (queue_.empty()) return;  // stopping, nothing left
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    Status s;
-    try {
-      s = task.run();
-    } catch (const std::exception& e) {
-      s = LOOM_ERROR(loomInternalError, std::string("internal error: ") + e.what());
-    } catch (...) {
-      s = LOOM_ERROR(loomInternalError, "internal error (unknown exception)");
-    }
-    task.run = nullptr;
-    lock.lock();
-    running_ = false;
-    if (!s.isOk()) {
-      if (error_.isOk()) error_ = s;
-      failed_[task.ticket] = s;
-    }
-    advanceDone();
-    cv_.notify_all();
+    runTask(task, lock);
   }
 }
 

@@ -3,8 +3,11 @@
 //
 // Contract. post() queues a task, numbers it with a ticket (1, 2, ... in queue
 // order) and returns at once; the C call that posted it returns loomInProgress.
-// Tasks finish in ticket order, so "ticket t is done" means every earlier one
-// is too. wait(t) returns task t's own result (kept for every failed task until
+// Tasks run one at a time, in ticket order, so "ticket t is done" means every
+// earlier one is too. The worker thread runs them; a thread in wait(t) for as
+// long as the communicator's timeout runs the next task itself when the worker
+// has not taken it (nothing is running), so a caller that waits at once has no
+// hand-over to pay. wait(t) returns task t's own result (kept for every failed task until
 // the worker is destroyed), or loomInProgress once its deadline passes. busy()
 // is true while a task is queued or running; error() is the first task's
 // failure (later tasks still run: each one checks the communicator's stored
@@ -52,8 +55,10 @@ class AsyncWorker {
   // Registers a waiter (under the registry's mutex); wait() unregisters it.
   void enterWait();
   // Task `ticket`'s result once it is done; Status(loomInProgress) if deadlineNs (nowNs())
-  // passes first. Spins briefly before it blocks. Leaves the wait entered by enterWait().
-  Status wait(uint64_t ticket, int64_t deadlineNs);
+  // passes first. Spins briefly before it blocks. With mayRun (a wait as long as the
+  // communicator's timeout, which bounds every task), it runs the tasks up to `ticket` that
+  // the worker has not taken. Leaves the wait entered by enterWait().
+  Status wait(uint64_t ticket, int64_t deadlineNs, bool mayRun);
   void stop(bool drop);
 
  private:
@@ -62,6 +67,9 @@ class AsyncWorker {
     std::function<Status()> run;
   };
   void run(int rank);
+  // Runs task (popped from the queue under lock) with the lock released, then records its
+  // result. The worker runs tasks, and so does a thread waiting for one that nothing runs yet.
+  void runTask(Task& task, std::unique_lock<std::mutex>& lock);
   // Under m_: marks every ticket up to the first still queued as done.
   void advanceDone();
 
