@@ -201,10 +201,12 @@ c10::intrusive_ptr<c10d::Backend> LoomBackend::split(const c10::intrusive_ptr<c1
 
 std::string LoomBackend::describe(loomResult_t r, const std::string& message,
                                   const LoomWork& w) const {
+  // A timeout says so in torch's words (" timeout "), as gloo's and NCCL's errors do.
+  const std::string what = r == loomTimeout ? "failed (a timeout of the group)" : "failed";
   return "loom: rank " + std::to_string(getRank()) + ": " +
          c10d::opTypeToString(const_cast<LoomWork&>(w).retrieveOpType()) + " #" +
-         std::to_string(w.getSequencenumber()) + " failed: " + loomGetErrorString(r) + ": " +
-         message;
+         std::to_string(w.getSequencenumber()) + " " + what + ": " + loomGetErrorString(r) +
+         ": " + message;
 }
 
 // ---- Completion ----

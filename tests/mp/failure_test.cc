@@ -176,9 +176,7 @@ TEST_P(PeerDeathTest, AbortFromAnotherThread) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PeerDeathTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "shm" : "tcp");
-                         });
+                         shmOrTcp<::testing::TestParamInfo<bool>>);
 
 // ---- A peer that is alive but never comes: timeouts ----
 

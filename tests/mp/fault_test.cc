@@ -329,9 +329,7 @@ TEST_P(RandomKillTest, SurvivorsFailNameTheRankLeakNothingAndRecover) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RandomKillTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "shm" : "tcp");
-                         });
+                         shmOrTcp<::testing::TestParamInfo<bool>>);
 
 }  // namespace
 }  // namespace loomtest

@@ -263,4 +263,11 @@ const char* typeName(loomDataType_t dtype);
 const char* opName(int op);
 const char* collName(Coll coll);
 
+// Names a test parameterised by "over shared memory" (true) or TCP (false): pass to
+// INSTANTIATE_TEST_SUITE_P.
+template <typename ParamInfo>
+std::string shmOrTcp(const ParamInfo& info) {
+  return info.param ? "shm" : "tcp";
+}
+
 }  // namespace loomtest

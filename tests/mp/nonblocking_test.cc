@@ -300,9 +300,7 @@ TEST_P(NonBlockingTest, AbortFromAnotherThreadDuringACollectiveWithAStalledPeer)
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, NonBlockingTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "shm" : "tcp");
-                         });
+                         shmOrTcp<::testing::TestParamInfo<bool>>);
 
 }  // namespace
 }  // namespace loomtest

@@ -234,9 +234,7 @@ TEST_P(ShrinkTest, LeavesOutALiveRankThatDoesNotCallIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ShrinkTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "shm" : "tcp");
-                         });
+                         shmOrTcp<::testing::TestParamInfo<bool>>);
 
 }  // namespace
 }  // namespace loomtest

@@ -279,9 +279,7 @@ TEST(TicketBlocking, ABlockingCommunicatorHasNoTickets) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TicketTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "shm" : "tcp");
-                         });
+                         shmOrTcp<::testing::TestParamInfo<bool>>);
 
 }  // namespace
 }  // namespace loomtest

@@ -11,7 +11,8 @@ Modes:
   loom-plugin   BACKEND=loom, declared a plugin backend (and a CPU backend for DDP and subgroups).
 
 Each (mode, world size) runs in its own interpreter (the suite reads BACKEND at import), its
-test processes forked from it (--spawn starts them as upstream does, several times slower).
+test processes forked from it (--spawn starts them as upstream does, several times slower);
+--jobs of them at once (default 3: they mostly wait on the suite's polling barrier).
 Prints each run's pass/skip/fail counts, then checks that loom-as-gloo passes every test that
 gloo passes, except the ones listed in EXPECTED_DIFFERENCES (tests of gloo's name or of APIs only
 gloo has) and KNOWN_GAPS (capabilities loom lacks yet), each with its reason; exits 1 if not.
@@ -120,8 +121,8 @@ def inner(args):
         json.dump(Result.outcomes, f, indent=0, sort_keys=True)
 
 
-def run(mode, world, args, log_dir):
-    """Runs one (mode, world) in a fresh interpreter; returns {test: outcome}."""
+def start(mode, world, args, log_dir):
+    """Starts one (mode, world) in a fresh interpreter; returns what finish() needs."""
     out = os.path.join(log_dir, "%s-%d.json" % (mode, world))
     log = os.path.join(log_dir, "%s-%d.log" % (mode, world))
     env = dict(os.environ, BACKEND="loom" if mode == "loom-plugin" else "gloo",
@@ -132,20 +133,40 @@ def run(mode, world, args, log_dir):
     cmd += sum((["-k", p] for p in args.k), [])
     if args.spawn:
         cmd.append("--spawn")
-    start = time.time()
-    with open(log, "w") as f:
-        rc = subprocess.call(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=HERE)
+    f = open(log, "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=HERE)
+    return (mode, world, proc, f, out, log, time.time())
+
+
+def finish(started):
+    """Waits for one run; prints its counts; returns {test: outcome} or None."""
+    mode, world, proc, f, out, log, t0 = started
+    rc = proc.wait()
+    f.close()
     if not os.path.exists(out):
         print("%s on %d processes: no results (exit %d); see %s" % (mode, world, rc, log))
-        with open(log) as f:
-            print(f.read()[-3000:])
+        with open(log) as lf:
+            print(lf.read()[-3000:])
         return None
-    with open(out) as f:
-        outcomes = json.load(f)
+    with open(out) as jf:
+        outcomes = json.load(jf)
     counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("pass", "skip", "fail")}
     print("%-13s %d processes: %3d passed, %3d skipped, %3d failed  (%.0f s, log %s)"
-          % (mode, world, counts["pass"], counts["skip"], counts["fail"], time.time() - start, log))
+          % (mode, world, counts["pass"], counts["skip"], counts["fail"], time.time() - t0, log))
     return outcomes
+
+
+def run_all(modes, worlds, args, log_dir):
+    """Every (mode, world), args.jobs at a time (the suite's processes mostly wait: its
+    barrier polls a folder every 0.1 s); returns {(mode, world): outcomes}."""
+    todo = [(m, w) for w in worlds for m in modes]
+    running, results = [], {}
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            running.append(start(*todo.pop(0), args, log_dir))
+        done = running.pop(0)
+        results[(done[0], done[1])] = finish(done)
+    return results
 
 
 def main():
@@ -156,6 +177,7 @@ def main():
     p.add_argument("--spawn", action="store_true", help="start test processes as upstream does")
     p.add_argument("--test-timeout", type=int, default=180, help="seconds per test")
     p.add_argument("--logs", help="folder for each run's log and results (default: a temp dir)")
+    p.add_argument("--jobs", type=int, default=3, help="runs at once")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -165,9 +187,11 @@ def main():
     log_dir = args.logs or tempfile.mkdtemp(prefix="loom_torch_suite_")
     os.makedirs(log_dir, exist_ok=True)
     modes = args.modes.split(",")
+    worlds = [int(w) for w in args.world.split(",")]
+    all_results = run_all(modes, worlds, args, log_dir)
     problems = 0
-    for world in [int(w) for w in args.world.split(",")]:
-        results = {m: run(m, world, args, log_dir) for m in modes}
+    for world in worlds:
+        results = {m: all_results[(m, world)] for m in modes}
         if any(r is None for r in results.values()):
             problems += 1
             continue
