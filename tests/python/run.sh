@@ -4,7 +4,8 @@
 #                             bench/python/mem_alloc_bench.py, then `pip install` of python/
 #                             into a temporary folder (offline, --no-build-isolation) and an
 #                             import of the installed copy
-#   run.sh LIBLOOM torch      test_torch_backend.py (the loom torch backend against gloo)
+#   run.sh LIBLOOM torch      test_torch_backend.py (the loom torch backend against gloo), then
+#                             a smoke run of bench/python/torch_allreduce.py
 #   run.sh LIBLOOM suite      torch_suite.py: PyTorch's own distributed suite on gloo and loom
 #                             (2 and 3 processes); torch and suite exit 77 (skip) without torch
 # The interpreter is $LOOM_PYTHON, else the project's .venv (scripts/setup.sh makes it, with
@@ -76,7 +77,9 @@ print("pip install: ok, loom %d from %s" % (v, os.path.dirname(loom.__file__)))'
       exit 77
     fi
     if [ "$2" = torch ]; then
-      "$py" -m unittest -v test_torch_backend 2>&1
+      "$py" -m unittest -v test_torch_backend 2>&1 || exit 1
+      # The all-reduce benchmark's smoke run: every size's sum checked, on gloo and loom.
+      "$py" "$here/../../bench/python/torch_allreduce.py" --quick -np 2 --backends gloo,loom 2>&1
     else
       "$py" "$here/torch_suite.py" 2>&1
     fi
