@@ -144,7 +144,8 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
     store->set(key, std::vector<uint8_t>(p, p + sizeof(id)));
   } else {
     const std::vector<uint8_t> v = store->get(key);
-    if (v.size() != sizeof(id)) fail("the store's unique id has " + std::to_string(v.size()) + " bytes");
+    if (v.size() != sizeof(id))
+      fail("the store's unique id has " + std::to_string(v.size()) + " bytes");
     std::memcpy(&id, v.data(), sizeof(id));
   }
   loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
@@ -312,7 +313,8 @@ loomRedOp_t LoomBackend::redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
     case c10d::ReduceOp::PREMUL_SUM: {
       const auto* s = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
       if (s == nullptr) fail("op: PREMUL_SUM without its factor");
-      const double f = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
+      const double f =
+          s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
       const loomDataType_t dt = reduceType(t);
       auto key = std::make_pair(static_cast<int>(dt), f);
       auto it = premul_.find(key);

@@ -11,7 +11,9 @@ namespace loom::torchext {
 
 namespace {
 
-std::string nth(const char* arg, size_t i) { return std::string(arg) + "[" + std::to_string(i) + "]"; }
+std::string nth(const char* arg, size_t i) {
+  return std::string(arg) + "[" + std::to_string(i) + "]";
+}
 
 // Element-wise operations (all-reduce, broadcast, reduce, send, receive) take any dense layout
 // (channels_last, say: every rank's tensor has the same one); the rest need contiguous tensors.
@@ -205,7 +207,8 @@ WorkPtr LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
   checkTensor(output, "output");
   checkSame(input, output, "output", input.numel() * getSize());
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [&] {
-    check(loomAllGather(input.data_ptr(), output.data_ptr(), bytes(input), loomUint8, comm_, nullptr),
+    check(loomAllGather(input.data_ptr(), output.data_ptr(), bytes(input), loomUint8, comm_,
+                        nullptr),
           "loomAllGather");
   }, nullptr, {input});
 }
@@ -432,7 +435,8 @@ void blocksOf(const at::Tensor& t, const std::vector<int64_t>& splits, int n, co
 
 WorkPtr LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                    std::vector<int64_t>& outputSplits,
-                                   std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions&) {
+                                   std::vector<int64_t>& inputSplits,
+                                   const c10d::AllToAllOptions&) {
   checkTensor(input, "input");
   checkTensor(output, "output");
   if (input.scalar_type() != output.scalar_type()) fail("output: not the input's dtype");
@@ -461,7 +465,8 @@ WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::
                               const c10d::AllToAllOptions&) {
   const int n = getSize();
   if (static_cast<int>(outputs.size()) != n || static_cast<int>(inputs.size()) != n)
-    fail("output_tensor_list and input_tensor_list: one tensor per rank (" + std::to_string(n) + ")");
+    fail("output_tensor_list and input_tensor_list: one tensor per rank (" + std::to_string(n) +
+         ")");
   checkList(inputs, "input_tensor_list");
   checkList(outputs, "output_tensor_list");
   at::Tensor send = flatten(inputs);
@@ -489,7 +494,8 @@ WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::
 
 WorkPtr LoomBackend::send(std::vector<at::Tensor>& tensors, int dst, int) {
   checkList(tensors, "tensors", Layout::Dense);
-  if (dst < 0 || dst >= getSize()) fail("dst: " + std::to_string(dst) + " is not a rank of this group");
+  if (dst < 0 || dst >= getSize())
+    fail("dst: " + std::to_string(dst) + " is not a rank of this group");
   return enqueue(c10d::OpType::SEND, tensors, [&] {
     grouped([&] {
       for (at::Tensor& t : tensors)
@@ -500,7 +506,8 @@ WorkPtr LoomBackend::send(std::vector<at::Tensor>& tensors, int dst, int) {
 
 WorkPtr LoomBackend::recv(std::vector<at::Tensor>& tensors, int src, int) {
   checkList(tensors, "tensors", Layout::Dense);
-  if (src < 0 || src >= getSize()) fail("src: " + std::to_string(src) + " is not a rank of this group");
+  if (src < 0 || src >= getSize())
+    fail("src: " + std::to_string(src) + " is not a rank of this group");
   return enqueue(c10d::OpType::RECV, tensors, [&] {
     grouped([&] {
       for (at::Tensor& t : tensors)
