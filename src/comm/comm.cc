@@ -253,7 +253,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     } else {
       // Where ranks outnumber cores a poll only delays the rank it waits for: with 100 polls
       // before the first yield, 4 ranks on 2 cores took 3.40 us an 8-byte all-reduce and 8 ranks
-      // 15-17 us; with none, 2.30 and 6.3 (docs/PERFORMANCE.md, stop 24).
+      // 15-17 us; with none, 2.30 and 6.3 (docs/journal/perf.md, stop 24).
       c->spinCount_ = outnumbered ? 0 : 2000;
       c->netSpinCount_ = outnumbered ? 0 : 32;
     }

@@ -50,7 +50,7 @@ void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>&
 // rounds there are slower still, and streaming from 64 KiB made 2 ranks 27-36% faster at 64
 // and 256 KiB (loomMemAlloc inputs 77-90%), 4 ranks 24% at 256 KiB, 8 ranks within the noise.
 // On an Intel Xeon guest whose two cores share the last-level cache, streaming lost 15-20% at
-// 2 and 8 MiB (2 ranks and 4) and gained 5% from 64 MiB (docs/PERFORMANCE.md, stops 18, 24
+// 2 and 8 MiB (2 ranks and 4) and gained 5% from 64 MiB (docs/journal/perf.md, stops 18, 24
 // and 30).
 static size_t streamBytes() {
   static const size_t bytes = [] {
@@ -66,14 +66,14 @@ static size_t streamBytes() {
 }
 // A round with plain stores leaves the input, the output and every rank's buffers of the
 // last rounds in the caches; on the Intel Xeon guest (2 MiB of L2 a core), 256 KiB rounds
-// against the 1 MiB buffers whole: 2 ranks 10-12% faster at 2 and 8 MiB (docs/PERFORMANCE.md,
+// against the 1 MiB buffers whole: 2 ranks 10-12% faster at 2 and 8 MiB (docs/journal/perf.md,
 // stop 24). Streamed rounds go through memory and take the whole buffer.
 // Where two ranks share each core (4 ranks on 2 cores), each takes rounds of half that, so
 // that both ranks' rounds stay in the core's caches: alternating runs, medians of 8, 4 ranks
 // 512 KiB +8-11%, 2 MiB +6-14%, 8 MiB +4-10%. With more ranks a core the extra rounds' waits,
 // each a switch between the core's ranks, cost what the caches gain (8 ranks on 2 cores, 128
 // KiB rounds: 512 KiB +7%, 2 MiB -15%); with a core each, 2 ranks lost 3-4% at 2 and 8 MiB
-// (docs/PERFORMANCE.md, stop 26).
+// (docs/journal/perf.md, stop 26).
 constexpr size_t kCachedRoundBytes = size_t{256} << 10;
 static size_t cachedRoundBytes(const Comm& comm) {
   return comm.ranksPerCore() == 2 ? kCachedRoundBytes / 2 : kCachedRoundBytes;
@@ -84,7 +84,7 @@ static size_t cachedRoundBytes(const Comm& comm) {
 // stream from 1 MiB or less (the AMD guest), else 16 MiB: on the Intel Xeon guest, whose
 // copies stay plain, 2 ranks 32 MiB 3.9 -> 4.9 GB/s, 4 ranks on 2 cores 16 MiB 2.3 -> 2.8 and
 // 32 MiB 2.2 -> 3.1, 8 ranks 8 MiB 1.4 -> 1.9; but 2 ranks 8 MiB 7% slower
-// (docs/PERFORMANCE.md, stop 25).
+// (docs/journal/perf.md, stop 25).
 static size_t streamOutputBytes() {
   static const size_t bytes = [] {
     const int64_t set = env::directStreamOutputBytes();
@@ -110,7 +110,7 @@ size_t llMaxBytes(const Comm& comm) {
 // The symmetric form saves the slices form's second wait and gather, and reads nranks times
 // the message; on the Intel Xeon guest it was faster up to 32 KiB with 2 ranks, 16 KiB with 4
 // and 8 KiB with 8 (2 cores), and slower from twice those (2 ranks 64 KiB 6.7 -> 8.5 GB/s with
-// slices, 4 ranks 32 KiB 3.7 -> 4.1, 8 ranks 64 KiB 1.6 -> 2.6; docs/PERFORMANCE.md, stop 25).
+// slices, 4 ranks 32 KiB 3.7 -> 4.1, 8 ranks 64 KiB 1.6 -> 2.6; docs/journal/perf.md, stop 25).
 size_t symmetricMaxBytes(int nranks) {
   const int64_t set = env::directSymMax();
   if (set >= 0) return static_cast<size_t>(set);
@@ -261,7 +261,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   const bool stream = !symmetric && count * es >= streamBytes();
   // In place, the output's lines are the input's, which this rank has just read: they are in
   // its caches, and streaming stores would only evict them (2 ranks in place, 16 and 32 MiB:
-  // 7.16 and 6.92 GB/s plain against 4.53 and 4.47 streamed; docs/PERFORMANCE.md, stop 26).
+  // 7.16 and 6.92 GB/s plain against 4.53 and 4.47 streamed; docs/journal/perf.md, stop 26).
   const bool streamOutput = !symmetric && send != recv &&
                             count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
   // Rounds that stay in the caches take at most cachedRoundBytes() of each direct buffer.
@@ -321,7 +321,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     // the peers' slices are copied in (on the Intel guest 10-17% faster from 512 KiB). From
     // streamBytes() with streaming stores: the lines go to memory rather than to this core's
     // cache, and the peers read them from there faster than from another core's cache on
-    // the AMD guest (docs/PERFORMANCE.md). Below that, the copies are plain and stay in the
+    // the AMD guest (docs/journal/perf.md). Below that, the copies are plain and stay in the
     // caches.
     size_t so = 0, sl = 0;
     if (!symmetric) algo::chunkRange(len, n, me, &so, &sl);
@@ -383,7 +383,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
       // place, the output's lines are the input's, just read). Against a tile in L1 copied
       // out to both, one call after the other in the same run, medians: 2 ranks 1 MiB 24%
       // (out of place) and 30% (in place) faster, 4 MiB 30-41%, 64 MiB 15% out of place and
-      // 20-25% in place (docs/PERFORMANCE.md, stop 33).
+      // 20-25% in place (docs/journal/perf.md, stop 33).
       const uint32_t copyFlag = streamOutput ? 0u : uint32_t{kernels::kCopyCached};
       kernels::reduceManyStream(red, myBuf + so * es, recv + (off + so) * es,
                                 firstInFront(slice, static_cast<size_t>(me)), slice.size(), sl,

@@ -2,7 +2,7 @@
 // virtual machines a page's first access by a process costs microseconds even once
 // MAP_POPULATE has filled the page tables (the hypervisor maps the page for the process only
 // then; no fault counter shows it). Touching the pages once, at set-up, takes that cost there
-// rather than in the first collectives (docs/PERFORMANCE.md, stop 31).
+// rather than in the first collectives (docs/journal/perf.md, stop 31).
 #pragma once
 
 #include <cstddef>

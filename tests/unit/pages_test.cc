@@ -1,6 +1,6 @@
 // Pre-faulting shared mappings: neither touch changes what the pages hold, so both may run
 // over memory that peers are using. (What the touches save, the hypervisor's first mapping
-// of each page, shows in no count a process can read: docs/PERFORMANCE.md, stop 31, times it.)
+// of each page, shows in no count a process can read: docs/journal/perf.md, stop 31, times it.)
 #include "util/pages.h"
 
 #include <sys/mman.h>

@@ -79,7 +79,7 @@ void tune(int fd) {
 // and on the listener (accepted sockets inherit it), so that the handshake advertises a window
 // scale that fits. Left to the kernel's autotuning, the buffers settled at random on loopback:
 // 2 ranks at 256 KiB to 16 MiB ran at 1.8-2.4 GB/s in some runs and 3.3-4.3 in others; with
-// 4 MiB (8 MiB once the kernel doubles it) at 3.5-4.1 in every run (docs/PERFORMANCE.md,
+// 4 MiB (8 MiB once the kernel doubles it) at 3.5-4.1 in every run (docs/journal/perf.md,
 // stop 25). A size set by hand also turns autotuning off, and the kernel caps it at
 // net.core.wmem_max / rmem_max: where those are below the request (212992 by default) the
 // buffers stay autotuned, since 256 KiB by hand measured 40% slower (stop 23). 0: autotuned.
