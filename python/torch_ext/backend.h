@@ -156,7 +156,6 @@ class LoomBackend : public c10d::Backend {
   uint64_t seq_ = 0;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<LoomWork>> coalesced_;
-  std::vector<at::Tensor> coalescedOutputs_;
   std::map<std::pair<int, double>, loomRedOp_t> premul_;  // (dtype, factor) -> op
 
   std::mutex cm_;
@@ -165,6 +164,5 @@ class LoomBackend : public c10d::Backend {
   bool stopping_ = false;
   std::thread completer_;
 };
-
 
 }  // namespace loom::torchext
