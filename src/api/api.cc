@@ -333,9 +333,11 @@ Status destroy(loomComm* h, bool abort) {
     if (abort) h->abortRequested.store(true);
     comm = h->impl.get();
   }
+  // A non-blocking communicator's worker finishes its queue (destroy) or drops it (abort), then
+  // ends. The queue is dropped before the abort flag ends the running initialisation or
+  // operation, so no queued operation starts after the flag and fails by it.
+  if (h->worker) h->worker->close(abort);
   if (abort && comm != nullptr) comm->abort();
-  // A non-blocking communicator's worker finishes its queue (destroy) or drops it (abort; the
-  // flag ends a running initialisation or operation), then ends.
   if (h->worker) h->worker->stop(abort);
   {
     std::lock_guard<std::mutex> lock(registryMutex());

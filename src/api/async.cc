@@ -117,19 +117,21 @@ void AsyncWorker::advanceDone() {
               std::memory_order_release);
 }
 
-void AsyncWorker::stop(bool drop) {
-  {
-    std::lock_guard<std::mutex> lock(m_);
-    stopping_ = true;
-    if (drop) {
-      for (const Task& t : queue_)
-        failed_[t.ticket] = LOOM_ERROR(loomRemoteError, "operation dropped: the communicator was "
-                                                        "aborted before it ran");
-      queue_.clear();
-      if (!running_) advanceDone();
-    }
-    cv_.notify_all();
+void AsyncWorker::close(bool drop) {
+  std::lock_guard<std::mutex> lock(m_);
+  stopping_ = true;
+  if (drop) {
+    for (const Task& t : queue_)
+      failed_[t.ticket] = LOOM_ERROR(loomRemoteError, "operation dropped: the communicator was "
+                                                      "aborted before it ran");
+    queue_.clear();
+    if (!running_) advanceDone();
   }
+  cv_.notify_all();
+}
+
+void AsyncWorker::stop(bool drop) {
+  close(drop);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   std::unique_lock<std::mutex> lock(m_);
   cv_.wait(lock, [this] { return waiters_ == 0; });

@@ -11,12 +11,14 @@
 // the worker is destroyed), or loomInProgress once its deadline passes. busy()
 // is true while a task is queued or running; error() is the first task's
 // failure (later tasks still run: each one checks the communicator's stored
-// error first, as a blocking call would). stop() runs what is queued (drop =
-// false: loomCommDestroy) or drops it (drop = true: loomCommAbort, whose abort
-// flag ends the running task within a wait's polling interval; each dropped
-// task's result is loomRemoteError), then joins the thread and waits for every
-// waiter to leave. Every task is bounded by the communicator's timeout, so
-// stop() never waits forever.
+// error first, as a blocking call would). close() takes no more tasks and
+// either leaves the queue to run (drop = false: loomCommDestroy) or drops it
+// (drop = true: loomCommAbort; each dropped task's result is loomRemoteError).
+// An abort calls close(true) before it raises the communicator's abort flag, so
+// a task queued behind the running one is dropped, never started and failed by
+// the flag. stop() closes, then joins the thread and waits for every waiter to
+// leave. Every task is bounded by the communicator's timeout, so stop() never
+// waits forever.
 //
 // Thread safety: every member may be called from any thread. Lock order:
 // the API's registry mutex, then this worker's mutex; a task never runs with
@@ -59,6 +61,9 @@ class AsyncWorker {
   // communicator's timeout, which bounds every task), it runs the tasks up to `ticket` that
   // the worker has not taken. Leaves the wait entered by enterWait().
   Status wait(uint64_t ticket, int64_t deadlineNs, bool mayRun);
+  // Takes no more tasks; drop: the queued ones fail with loomRemoteError and never run.
+  void close(bool drop);
+  // close(drop), then joins the worker thread and waits for every waiter to leave.
   void stop(bool drop);
 
  private:
