@@ -13,11 +13,16 @@ namespace loom::algo {
 
 const char* linkName(Link l) {
   switch (l) {
-    case Link::Shm: return "shm";
-    case Link::Tcp: return "tcp";
-    case Link::NvLink: return "nvlink";
-    case Link::Pcie: return "pcie";
-    case Link::Net: return "net";
+    case Link::Shm:
+      return "shm";
+    case Link::Tcp:
+      return "tcp";
+    case Link::NvLink:
+      return "nvlink";
+    case Link::Pcie:
+      return "pcie";
+    case Link::Net:
+      return "net";
   }
   return "?";
 }
@@ -187,19 +192,21 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
   const LinkCost& worst = model.link(hosts > 1 ? links.inter : links.intra);
   const LinkCost& local = model.link(links.intra);
   // A round's latency: the link's, plus the sender's and the receiver's overhead.
-  const double al = worst.alpha_us + 2 * worst.overhead_us, be = worst.beta_us_per_byte, red = model.reduce_us_per_byte;
+  const double al = worst.alpha_us + 2 * worst.overhead_us, be = worst.beta_us_per_byte,
+               red = model.reduce_us_per_byte;
   const double perRank = static_cast<double>(count * elemSize);
   // The buffer a rank reduces or receives in all: count for all-reduce,
   // broadcast and reduce, n blocks of count for the others.
-  const bool blocks = coll == Coll::AllGather || coll == Coll::ReduceScatter ||
-                      coll == Coll::AllToAll;
+  const bool blocks =
+      coll == Coll::AllGather || coll == Coll::ReduceScatter || coll == Coll::AllToAll;
   const double S = blocks ? perRank * n : perRank;
   const double logn = std::ceil(std::log2(n));
   const double slot = static_cast<double>(model.slotBytes);
   switch (a) {
     case Algo::Ring:
       if (coll == Coll::AllReduce) return 2 * (n - 1) * (al + S / n * be) + (n - 1) / n * S * red;
-      return (n - 1) * (al + S / n * be) + (coll == Coll::ReduceScatter ? (n - 1) / n * S * red : 0);
+      return (n - 1) * (al + S / n * be) +
+             (coll == Coll::ReduceScatter ? (n - 1) / n * S * red : 0);
     case Algo::Tree: {
       // Round-major: each round carries a piece of each half up and down.
       const double half = S / 2, rounds = std::max(1.0, std::ceil(half / slot));
@@ -220,14 +227,17 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
       // Inside each host of m ranks a direct reduce-scatter and all-gather; across the H
       // hosts, each owner's slice (S / m) all-reduced by a ring or by recursive doubling.
       const double m = std::ceil(n / hosts), H = hosts;
-      const double intra = 2 * ((m - 1) * (local.alpha_us + 2 * local.overhead_us) + (m - 1) / m * S * local.beta_us_per_byte);
+      const double intra = 2 * ((m - 1) * (local.alpha_us + 2 * local.overhead_us) +
+                                (m - 1) / m * S * local.beta_us_per_byte);
       double inter = 0;
       if (H > 1)
-        inter = a == Algo::Hier ? 2 * (H - 1) * (al + S / m / H * be) : rdRounds(H) * (al + S / m * be);
+        inter =
+            a == Algo::Hier ? 2 * (H - 1) * (al + S / m / H * be) : rdRounds(H) * (al + S / m * be);
       return intra + inter + S * red;
     }
     case Algo::Chain:
-      return (n - 1) * al + (S + (n - 2) * std::min(S, slot)) * be + (coll == Coll::Reduce ? S * red : 0);
+      return (n - 1) * al + (S + (n - 2) * std::min(S, slot)) * be +
+             (coll == Coll::Reduce ? S * red : 0);
     case Algo::Direct:
       return (n - 1) * (al + S / n * be) + (coll == Coll::AllReduce ? S * red : 0);
   }
@@ -284,8 +294,7 @@ Status applyCostTable(const std::string& text, const std::string& source, CostMo
     std::string name;
     if (!(in >> name)) continue;
     auto bad = [&](const std::string& why) {
-      return LOOM_ERROR(loomInvalidArgument,
-                        source + ":" + std::to_string(lineNo) + ": " + why);
+      return LOOM_ERROR(loomInvalidArgument, source + ":" + std::to_string(lineNo) + ": " + why);
     };
     int link = -1;
     for (int l = 0; l < kNumLinks; ++l)
@@ -314,7 +323,8 @@ Result<CostModel> tunerCostModel(const std::string& tablePath, int64_t slotBytes
   model.slotBytes = static_cast<size_t>(std::max<int64_t>(slotBytes, 64));
   if (tablePath.empty()) return model;
   std::ifstream in(tablePath);
-  if (!in) return LOOM_ERROR(loomInvalidArgument, "LOOM_TUNER_TABLE=" + tablePath + ": cannot be read");
+  if (!in)
+    return LOOM_ERROR(loomInvalidArgument, "LOOM_TUNER_TABLE=" + tablePath + ": cannot be read");
   std::ostringstream text;
   text << in.rdbuf();
   LOOM_CHECK(applyCostTable(text.str(), "LOOM_TUNER_TABLE=" + tablePath, &model));
@@ -442,11 +452,19 @@ std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
         if (multiHost || (sel.restricted[ci] && sel.allows(coll, static_cast<int>(h))))
           all.push_back(h);
       break;
-    case Coll::AllGather: all = {Algo::Ring, Algo::Rhd}; break;
-    case Coll::ReduceScatter: all = {Algo::Ring, Algo::Rhd}; break;
+    case Coll::AllGather:
+      all = {Algo::Ring, Algo::Rhd};
+      break;
+    case Coll::ReduceScatter:
+      all = {Algo::Ring, Algo::Rhd};
+      break;
     case Coll::Broadcast:
-    case Coll::Reduce: all = {Algo::Chain}; break;
-    case Coll::AllToAll: all = {Algo::Direct}; break;
+    case Coll::Reduce:
+      all = {Algo::Chain};
+      break;
+    case Coll::AllToAll:
+      all = {Algo::Direct};
+      break;
   }
   std::vector<Algo> cands;
   for (Algo a : all)

@@ -14,8 +14,8 @@
 // Messages between hosts also share their hosts' ports: each host sends and
 // receives one stream at the link's bandwidth, however many of its ranks
 // cross at once (ranks take their steps earliest clock first, so that they
-// reach a port in about the order of time). FIFO depth is not modelled (a verified schedule does not deadlock; slot
-// back-pressure only delays). closedFormUs() gives the textbook formulas for
+// reach a port in about the order of time). FIFO depth is not modelled (a verified schedule does
+// not deadlock; slot back-pressure only delays). closedFormUs() gives the textbook formulas for
 // rank counts too large to simulate cheaply. fitLinkCost() calibrates a link
 // from measured (bytes, time) samples by least squares.
 //

@@ -10,8 +10,8 @@ Schedule buildDirectAllToAll(int rank, int n, size_t count) {
   Schedule s = emptySchedule(Coll::AllToAll, "direct", rank, n, -1, count);
   auto& st = s.channels[0];
   auto block = [count](int r) { return static_cast<size_t>(r) * count; };
-  st.push_back(makeStep(StepOp::Copy, -1, -1, {Buf::Send, block(rank)}, {Buf::Recv, block(rank)},
-                        count));
+  st.push_back(
+      makeStep(StepOp::Copy, -1, -1, {Buf::Send, block(rank)}, {Buf::Recv, block(rank)}, count));
   for (int d = 1; d < n; ++d) {
     const int to = (rank + d) % n, from = (rank - d + n) % n;
     st.push_back(makeStep(StepOp::Send, -1, to, {Buf::Send, block(to)}, {}, count));

@@ -32,7 +32,8 @@ Result<GraphLinks> linksFromGraph(const topo::System& system,
   g.links.intra = !gpus ? Link::Shm : allNvlink ? Link::NvLink : Link::Pcie;
   g.links.inter = ports ? Link::Net : Link::Tcp;
   g.intraGBps = intra;
-  if (intra > 0) g.model.links[static_cast<int>(g.links.intra)].beta_us_per_byte = 1.0 / (intra * 1e3);
+  if (intra > 0)
+    g.model.links[static_cast<int>(g.links.intra)].beta_us_per_byte = 1.0 / (intra * 1e3);
   if (g.links.hosts() > 1 && plan.totalBw() > 0) {
     g.interGBps = plan.totalBw();
     g.model.links[static_cast<int>(g.links.inter)].beta_us_per_byte = 1.0 / (g.interGBps * 1e3);
@@ -74,8 +75,8 @@ RingOrderChoice commRingOrder(const topo::System* system, const std::vector<int>
   std::snprintf(bw, sizeof(bw), "%.1f", plan.value().bwPerChannel);
   return RingOrderChoice{std::move(ring), true,
                          "channel 0 of the ring search over the graph (" +
-                             std::to_string(plan.value().channels.size()) + " channel(s) of " +
-                             bw + " GB/s)"};
+                             std::to_string(plan.value().channels.size()) + " channel(s) of " + bw +
+                             " GB/s)"};
 }
 
 }  // namespace loom::algo

@@ -27,8 +27,7 @@ struct GraphLinks {
 };
 
 Result<GraphLinks> linksFromGraph(const topo::System& system,
-                                  const std::vector<topo::RankPlace>& ranks,
-                                  const CostModel& base);
+                                  const std::vector<topo::RankPlace>& ranks, const CostModel& base);
 
 // A communicator's ring order (Comm::ringOrder). Where every rank runs on a GPU the graph has
 // (cudaDev[r], a device index on host hostOf[r]), channel 0 of searchRings: rings follow

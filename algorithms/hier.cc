@@ -93,9 +93,9 @@ class HierBuilder {
       const int to = m[static_cast<size_t>((local_ + d) % lm)];
       const int from = m[static_cast<size_t>((local_ - d + lm) % lm)];
       const uint8_t post = (H == 1 && d == lm - 1) ? kPost : 0;
-      exchange(unitsOf(to), unitsOf(rank_),
-               [&](size_t u) { step(StepOp::Send, -1, to, u, 0); },
-               [&](size_t u) { step(StepOp::RecvReduceCopy, from, -1, u, post); });
+      exchange(
+          unitsOf(to), unitsOf(rank_), [&](size_t u) { step(StepOp::Send, -1, to, u, 0); },
+          [&](size_t u) { step(StepOp::RecvReduceCopy, from, -1, u, post); });
     }
     // Phase 2: per owned slice, an all-reduce across hosts.
     if (H > 1)
@@ -105,9 +105,9 @@ class HierBuilder {
     for (int d = 1; d < lm; ++d) {
       const int to = m[static_cast<size_t>((local_ + d) % lm)];
       const int from = m[static_cast<size_t>((local_ - d + lm) % lm)];
-      exchange(unitsOf(rank_), unitsOf(from),
-               [&](size_t u) { step(StepOp::Send, -1, to, u, 0); },
-               [&](size_t u) { step(StepOp::Recv, from, -1, u, 0); });
+      exchange(
+          unitsOf(rank_), unitsOf(from), [&](size_t u) { step(StepOp::Send, -1, to, u, 0); },
+          [&](size_t u) { step(StepOp::Recv, from, -1, u, 0); });
     }
   }
 

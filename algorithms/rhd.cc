@@ -150,7 +150,8 @@ Schedule buildRhdReduceScatter(int rank, int n, size_t count) {
   if (v < 0) {
     // Folded rank: hand every block over, receive its own finished block.
     for (int b = 0; b < n; ++b)
-      push(st, makeStep(StepOp::Send, -1, rank + 1, {Buf::Send, block(b)}, {Buf::Recv, 0}, count, kPre));
+      push(st, makeStep(StepOp::Send, -1, rank + 1, {Buf::Send, block(b)}, {Buf::Recv, 0}, count,
+                        kPre));
     push(st, makeStep(StepOp::Recv, rank + 1, -1, {Buf::Recv, 0}, {Buf::Recv, 0}, count));
     return s;
   }
@@ -187,14 +188,16 @@ Schedule buildRhdReduceScatter(int rank, int n, size_t count) {
         [&](int b) {
           // The last exchange finishes this rank's unit: its own block into recv.
           const bool last = d == 1;
-          const BufRef dst = last && b == rank ? BufRef{Buf::Recv, 0} : BufRef{Buf::Scratch, block(b)};
+          const BufRef dst =
+              last && b == rank ? BufRef{Buf::Recv, 0} : BufRef{Buf::Scratch, block(b)};
           push(st, makeStep(StepOp::RecvReduceCopy, peer, -1, src(b), dst, count,
                             static_cast<uint8_t>(pre(b) | (last ? kPost : 0))));
           inScratch[static_cast<size_t>(b)] = true;
         });
   }
   if (folded >= 0)
-    push(st, makeStep(StepOp::Send, -1, folded, {Buf::Scratch, block(folded)}, {Buf::Recv, 0}, count));
+    push(st,
+         makeStep(StepOp::Send, -1, folded, {Buf::Scratch, block(folded)}, {Buf::Recv, 0}, count));
   return s;
 }
 
@@ -247,7 +250,9 @@ Schedule buildRhdAllGather(int rank, int n, size_t count) {
   if (n == 1) return s;
   const Fold f = makeFold(n);
   auto first = [&f](int v) { return v < f.extra ? 2 * v : v + f.extra; };
-  auto blocks = [&](int v0, int v1) { return range(first(v0), v1 == f.pow2 ? f.nranks : first(v1)); };
+  auto blocks = [&](int v0, int v1) {
+    return range(first(v0), v1 == f.pow2 ? f.nranks : first(v1));
+  };
   auto sendBlock = [&](int to, int u) {
     push(st, makeStep(StepOp::Send, -1, to, {Buf::Recv, block(u)}, {Buf::Recv, block(u)}, count));
   };

@@ -23,8 +23,8 @@ namespace {
 int mod(int a, int n) { return ringMod(a, n); }
 
 // A step over chunk `chunk` of n near-equal chunks of `count` elements.
-Step chunkStep(StepOp op, int recvPeer, int sendPeer, Buf srcBuf, Buf dstBuf, size_t count,
-               int n, int chunk, size_t srcBase, size_t dstBase, uint8_t flags) {
+Step chunkStep(StepOp op, int recvPeer, int sendPeer, Buf srcBuf, Buf dstBuf, size_t count, int n,
+               int chunk, size_t srcBase, size_t dstBase, uint8_t flags) {
   size_t off, len;
   chunkRange(count, n, chunk, &off, &len);
   return makeStep(op, recvPeer, sendPeer, {srcBuf, srcBase + off}, {dstBuf, dstBase + off}, len,
@@ -41,14 +41,13 @@ Schedule buildRingAllReduce(int rank, int n, size_t count) {
   Schedule s = empty(Coll::AllReduce, rank, n, count);
   auto& st = s.channels[0];
   if (n == 1) {
-    st.push_back(chunkStep(StepOp::Copy, -1, -1, Buf::Send, Buf::Recv, count, 1, 0, 0, 0,
-                           kPre | kPost));
+    st.push_back(
+        chunkStep(StepOp::Copy, -1, -1, Buf::Send, Buf::Recv, count, 1, 0, 0, 0, kPre | kPost));
     return s;
   }
   const int next = mod(rank + 1, n), prev = mod(rank - 1, n);
   // Reduce-scatter: partial sums of chunk c(r-s) travel forward.
-  st.push_back(chunkStep(StepOp::Send, -1, next, Buf::Send, Buf::Recv, count, n, rank, 0, 0,
-                         kPre));
+  st.push_back(chunkStep(StepOp::Send, -1, next, Buf::Send, Buf::Recv, count, n, rank, 0, 0, kPre));
   for (int k = 1; k < n - 1; ++k)
     st.push_back(chunkStep(StepOp::RecvReduceSend, prev, next, Buf::Send, Buf::Recv, count, n,
                            mod(rank - k, n), 0, 0, kPre));
@@ -59,8 +58,8 @@ Schedule buildRingAllReduce(int rank, int n, size_t count) {
   for (int k = 1; k < n - 1; ++k)
     st.push_back(chunkStep(StepOp::RecvCopySend, prev, next, Buf::Recv, Buf::Recv, count, n,
                            mod(rank + 1 - k, n), 0, 0, 0));
-  st.push_back(chunkStep(StepOp::Recv, prev, -1, Buf::Recv, Buf::Recv, count, n,
-                         mod(rank + 2, n), 0, 0, 0));
+  st.push_back(
+      chunkStep(StepOp::Recv, prev, -1, Buf::Recv, Buf::Recv, count, n, mod(rank + 2, n), 0, 0, 0));
   return s;
 }
 
@@ -85,8 +84,8 @@ Schedule buildRingAllGather(int rank, int n, size_t count) {
   for (int k = 1; k < n - 1; ++k)
     st.push_back(chunkStep(StepOp::RecvCopySend, prev, next, Buf::Recv, Buf::Recv, total, n,
                            mod(rank - k, n), 0, 0, 0));
-  st.push_back(chunkStep(StepOp::Recv, prev, -1, Buf::Recv, Buf::Recv, total, n,
-                         mod(rank + 1, n), 0, 0, 0));
+  st.push_back(
+      chunkStep(StepOp::Recv, prev, -1, Buf::Recv, Buf::Recv, total, n, mod(rank + 1, n), 0, 0, 0));
   return s;
 }
 
@@ -97,13 +96,13 @@ Schedule buildRingReduceScatter(int rank, int n, size_t count) {
   auto& st = s.channels[0];
   const size_t total = count * static_cast<size_t>(n);
   if (n == 1) {
-    st.push_back(chunkStep(StepOp::Copy, -1, -1, Buf::Send, Buf::Recv, total, 1, 0, 0, 0,
-                           kPre | kPost));
+    st.push_back(
+        chunkStep(StepOp::Copy, -1, -1, Buf::Send, Buf::Recv, total, 1, 0, 0, 0, kPre | kPost));
     return s;
   }
   const int next = mod(rank + 1, n), prev = mod(rank - 1, n);
-  st.push_back(chunkStep(StepOp::Send, -1, next, Buf::Send, Buf::Recv, total, n,
-                         mod(rank - 1, n), 0, 0, kPre));
+  st.push_back(chunkStep(StepOp::Send, -1, next, Buf::Send, Buf::Recv, total, n, mod(rank - 1, n),
+                         0, 0, kPre));
   for (int k = 1; k < n - 1; ++k)
     st.push_back(chunkStep(StepOp::RecvReduceSend, prev, next, Buf::Send, Buf::Recv, total, n,
                            mod(rank - 1 - k, n), 0, 0, kPre));
@@ -160,7 +159,8 @@ std::vector<std::vector<int>> hostMembers(const std::vector<int>& hostOf) {
 
 std::vector<int> hostMajorOrder(const std::vector<int>& hostOf) {
   std::vector<int> order;
-  for (const std::vector<int>& m : hostMembers(hostOf)) order.insert(order.end(), m.begin(), m.end());
+  for (const std::vector<int>& m : hostMembers(hostOf))
+    order.insert(order.end(), m.begin(), m.end());
   for (size_t r = 0; r < order.size(); ++r)
     if (order[r] != static_cast<int>(r)) return order;
   return {};

@@ -6,25 +6,38 @@ namespace loom::algo {
 
 const char* collName(Coll c) {
   switch (c) {
-    case Coll::AllReduce: return "allreduce";
-    case Coll::Broadcast: return "broadcast";
-    case Coll::Reduce: return "reduce";
-    case Coll::AllGather: return "allgather";
-    case Coll::ReduceScatter: return "reducescatter";
-    case Coll::AllToAll: return "alltoall";
+    case Coll::AllReduce:
+      return "allreduce";
+    case Coll::Broadcast:
+      return "broadcast";
+    case Coll::Reduce:
+      return "reduce";
+    case Coll::AllGather:
+      return "allgather";
+    case Coll::ReduceScatter:
+      return "reducescatter";
+    case Coll::AllToAll:
+      return "alltoall";
   }
   return "?";
 }
 
 const char* stepOpName(StepOp op) {
   switch (op) {
-    case StepOp::Send: return "send";
-    case StepOp::Recv: return "recv";
-    case StepOp::RecvReduceSend: return "recvReduceSend";
-    case StepOp::RecvReduceCopy: return "recvReduceCopy";
-    case StepOp::RecvReduceCopySend: return "recvReduceCopySend";
-    case StepOp::RecvCopySend: return "recvCopySend";
-    case StepOp::Copy: return "copy";
+    case StepOp::Send:
+      return "send";
+    case StepOp::Recv:
+      return "recv";
+    case StepOp::RecvReduceSend:
+      return "recvReduceSend";
+    case StepOp::RecvReduceCopy:
+      return "recvReduceCopy";
+    case StepOp::RecvReduceCopySend:
+      return "recvReduceCopySend";
+    case StepOp::RecvCopySend:
+      return "recvCopySend";
+    case StepOp::Copy:
+      return "copy";
   }
   return "?";
 }
@@ -64,9 +77,12 @@ void chunkRange(size_t count, int n, int c, size_t* offset, size_t* len) {
 
 const char* bufName(Buf b) {
   switch (b) {
-    case Buf::Send: return "send";
-    case Buf::Recv: return "recv";
-    case Buf::Scratch: return "scratch";
+    case Buf::Send:
+      return "send";
+    case Buf::Recv:
+      return "recv";
+    case Buf::Scratch:
+      return "scratch";
   }
   return "?";
 }
@@ -86,11 +102,9 @@ std::string toJson(const Schedule& s) {
       if (st.recvPeer >= 0) o << ",\"recvPeer\":" << st.recvPeer;
       if (st.sendPeer >= 0) o << ",\"sendPeer\":" << st.sendPeer;
       if (stepReads(st.op))
-        o << ",\"src\":[\"" << bufName(st.src.buf) << "\","
-          << st.src.offset << "]";
+        o << ",\"src\":[\"" << bufName(st.src.buf) << "\"," << st.src.offset << "]";
       if (stepWrites(st.op))
-        o << ",\"dst\":[\"" << bufName(st.dst.buf) << "\","
-          << st.dst.offset << "]";
+        o << ",\"dst\":[\"" << bufName(st.dst.buf) << "\"," << st.dst.offset << "]";
       o << ",\"count\":" << st.count;
       if (st.flags) o << ",\"flags\":" << static_cast<int>(st.flags);
       o << "}";
@@ -129,26 +143,40 @@ Step makeStep(StepOp op, int recvPeer, int sendPeer, BufRef src, BufRef dst, siz
 
 Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inPlace) {
   switch (coll) {
-    case Coll::AllReduce: return buildRingAllReduce(rank, nranks, count);
-    case Coll::AllGather: return buildRingAllGather(rank, nranks, count);
-    case Coll::ReduceScatter: return buildRingReduceScatter(rank, nranks, count);
-    case Coll::Broadcast: return buildChainBroadcast(rank, nranks, root, count, inPlace);
-    case Coll::Reduce: return buildChainReduce(rank, nranks, root, count);
-    case Coll::AllToAll: return buildDirectAllToAll(rank, nranks, count);
+    case Coll::AllReduce:
+      return buildRingAllReduce(rank, nranks, count);
+    case Coll::AllGather:
+      return buildRingAllGather(rank, nranks, count);
+    case Coll::ReduceScatter:
+      return buildRingReduceScatter(rank, nranks, count);
+    case Coll::Broadcast:
+      return buildChainBroadcast(rank, nranks, root, count, inPlace);
+    case Coll::Reduce:
+      return buildChainReduce(rank, nranks, root, count);
+    case Coll::AllToAll:
+      return buildDirectAllToAll(rank, nranks, count);
   }
   return Schedule{};
 }
 
 const char* algoName(Algo a) {
   switch (a) {
-    case Algo::Ring: return "ring";
-    case Algo::Tree: return "tree";
-    case Algo::Rhd: return "rhd";
-    case Algo::Hier: return "hier";
-    case Algo::Chain: return "chain";
-    case Algo::Direct: return "direct";
-    case Algo::Rd: return "rd";
-    case Algo::HierRd: return "hierrd";
+    case Algo::Ring:
+      return "ring";
+    case Algo::Tree:
+      return "tree";
+    case Algo::Rhd:
+      return "rhd";
+    case Algo::Hier:
+      return "hier";
+    case Algo::Chain:
+      return "chain";
+    case Algo::Direct:
+      return "direct";
+    case Algo::Rd:
+      return "rd";
+    case Algo::HierRd:
+      return "hierrd";
   }
   return "?";
 }
@@ -172,11 +200,14 @@ bool algoBuilds(Algo a, Coll coll) {
     case Algo::Tree:
     case Algo::Hier:
     case Algo::HierRd:
-    case Algo::Rd: return coll == Coll::AllReduce;
+    case Algo::Rd:
+      return coll == Coll::AllReduce;
     case Algo::Rhd:
       return coll == Coll::AllReduce || coll == Coll::AllGather || coll == Coll::ReduceScatter;
-    case Algo::Chain: return coll == Coll::Broadcast || coll == Coll::Reduce;
-    case Algo::Direct: return coll == Coll::AllToAll;
+    case Algo::Chain:
+      return coll == Coll::Broadcast || coll == Coll::Reduce;
+    case Algo::Direct:
+      return coll == Coll::AllToAll;
   }
   return false;
 }
@@ -187,15 +218,20 @@ Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, 
     return buildRingInOrder(coll, rank, nranks, count, ringOrder);
   if (algoBuilds(a, coll)) {
     switch (a) {
-      case Algo::Tree: return buildTreeAllReduce(rank, nranks, count, hostOf);
-      case Algo::Hier: return buildHierAllReduce(rank, nranks, count, hostOf);
-      case Algo::HierRd: return buildHierAllReduce(rank, nranks, count, hostOf, true);
-      case Algo::Rd: return buildRdAllReduce(rank, nranks, count);
+      case Algo::Tree:
+        return buildTreeAllReduce(rank, nranks, count, hostOf);
+      case Algo::Hier:
+        return buildHierAllReduce(rank, nranks, count, hostOf);
+      case Algo::HierRd:
+        return buildHierAllReduce(rank, nranks, count, hostOf, true);
+      case Algo::Rd:
+        return buildRdAllReduce(rank, nranks, count);
       case Algo::Rhd:
         return coll == Coll::AllReduce   ? buildRhdAllReduce(rank, nranks, count)
                : coll == Coll::AllGather ? buildRhdAllGather(rank, nranks, count)
                                          : buildRhdReduceScatter(rank, nranks, count);
-      default: break;
+      default:
+        break;
     }
   }
   return build(coll, rank, nranks, root, count, inPlace);

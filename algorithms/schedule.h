@@ -76,8 +76,8 @@ struct Schedule {
   int rank = 0;
   int nranks = 1;
   int root = -1;
-  size_t count = 0;  // the collective's count argument
-  size_t scratchCount = 0;  // elements of Buf::Scratch the steps use (0: none)
+  size_t count = 0;                         // the collective's count argument
+  size_t scratchCount = 0;                  // elements of Buf::Scratch the steps use (0: none)
   std::vector<std::vector<Step>> channels;  // channels[c] = ordered steps
 };
 

@@ -57,7 +57,7 @@ int linkBst(int lo, int hi, int parent, const At& at, std::vector<Node>& nodes) 
 std::vector<Node> makeTree(int n, const std::vector<int>& hostOf, int t) {
   const bool oneHost =
       std::all_of(hostOf.begin(), hostOf.end(), [&](int h) { return h == hostOf[0]; });
-  std::vector<int> hostIds;                // hosts in order of first appearance
+  std::vector<int> hostIds;               // hosts in order of first appearance
   std::vector<std::vector<int>> members;  // ranks per host, in chain order
   for (int r = 0; r < n; ++r) {
     const int h = oneHost ? r : hostOf[static_cast<size_t>(r)];
@@ -73,7 +73,8 @@ std::vector<Node> makeTree(int n, const std::vector<int>& hostOf, int t) {
   if (t == 1)
     for (auto& m : members) std::reverse(m.begin(), m.end());
   std::vector<Node> hostTree(static_cast<size_t>(hosts));
-  linkBst(0, hosts, -1, [&](int pos) { return (pos + t) % hosts; }, hostTree);
+  linkBst(
+      0, hosts, -1, [&](int pos) { return (pos + t) % hosts; }, hostTree);
   std::vector<Node> nodes(static_cast<size_t>(n));
   for (int h = 0; h < hosts; ++h) {
     const std::vector<int>& m = members[static_cast<size_t>(h)];

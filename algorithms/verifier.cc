@@ -85,7 +85,6 @@ std::string rankSet(const uint64_t* bits, int n) {
   return o.str();
 }
 
-
 class Simulator {
  public:
   Simulator(const std::vector<Schedule>& s, const VerifyOptions& o) : s_(s), opt_(o) {}

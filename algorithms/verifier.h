@@ -30,8 +30,8 @@ struct VerifyOptions {
 
 struct VerifyResult {
   bool ok = false;
-  std::string error;      // first violation, naming rank, step, piece and element
-  size_t messages = 0;    // pieces sent in total
+  std::string error;    // first violation, naming rank, step, piece and element
+  size_t messages = 0;  // pieces sent in total
 };
 
 // schedules[r] is rank r's schedule; all of one collective, root and count.

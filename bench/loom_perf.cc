@@ -164,7 +164,8 @@ int RunRank(const perf::Options& o, int rank, int nranks) {
   loomGetVersion(&version);
   LoomBackend backend(g_comm, rank, nranks);
   const std::string title = "Loom " + std::to_string(version / 10000) + "." +
-                            std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
+                            std::to_string(version / 100 % 100) + "." +
+                            std::to_string(version % 100);
   const int rc = perf::RunSweep(backend, o, rank, nranks, title);
   PERF_CHECK(loomCommFinalize(g_comm));
   PERF_CHECK(loomCommDestroy(g_comm));

@@ -29,17 +29,16 @@
 // Exit status: 0 when every check passed, 1 otherwise, 2 on bad usage.
 #include <dirent.h>
 #include <sys/mman.h>
-#include <unistd.h>
-
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <climits>
-#include <cstdarg>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -95,14 +94,22 @@ Args parseArgs(int argc, char** argv) {
     const std::string f = argv[i];
     if (i + 1 >= argc) usage(f + ": needs a value");
     const char* v = argv[++i];
-    if (f == "-np") a.np = static_cast<int>(parseLong("-np", v, 1, kMaxRanks));
-    else if (f == "-n") a.ops = parseLong("-n", v, 1, 1000000000);
-    else if (f == "-s") a.seed = static_cast<uint64_t>(parseLong("-s", v, 0, LONG_MAX));
-    else if (f == "-m") a.maxBytes = static_cast<size_t>(parseLong("-m", v, 64, 1L << 30));
-    else if (f == "-c") a.comms = static_cast<int>(parseLong("-c", v, 0, 1024));
-    else if (f == "-e") a.every = parseLong("-e", v, 1, 1000000000);
-    else if (f == "-b") a.rssBoundKiB = parseLong("-b", v, 0, 1L << 30);
-    else if (f == "-T") a.timeoutS = static_cast<int>(parseLong("-T", v, 1, 1 << 30));
+    if (f == "-np")
+      a.np = static_cast<int>(parseLong("-np", v, 1, kMaxRanks));
+    else if (f == "-n")
+      a.ops = parseLong("-n", v, 1, 1000000000);
+    else if (f == "-s")
+      a.seed = static_cast<uint64_t>(parseLong("-s", v, 0, LONG_MAX));
+    else if (f == "-m")
+      a.maxBytes = static_cast<size_t>(parseLong("-m", v, 64, 1L << 30));
+    else if (f == "-c")
+      a.comms = static_cast<int>(parseLong("-c", v, 0, 1024));
+    else if (f == "-e")
+      a.every = parseLong("-e", v, 1, 1000000000);
+    else if (f == "-b")
+      a.rssBoundKiB = parseLong("-b", v, 0, 1L << 30);
+    else if (f == "-T")
+      a.timeoutS = static_cast<int>(parseLong("-T", v, 1, 1 << 30));
     else if (f == "-A") {
       a.algos.clear();
       std::stringstream in(v);
@@ -161,10 +168,19 @@ int segmentsLeft(uint64_t hash, int nranks) {
 
 // ---- The reference ----
 
-enum Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv,
-            kBarrier, kNumColls };
-const char* const kCollNames[] = {"allreduce", "broadcast",    "reduce",   "allgather",
-                                  "reducescatter", "alltoall", "sendrecv", "barrier"};
+enum Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv,
+  kBarrier,
+  kNumColls
+};
+const char* const kCollNames[] = {"allreduce",     "broadcast", "reduce",   "allgather",
+                                  "reducescatter", "alltoall",  "sendrecv", "barrier"};
 const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg"};
 
 uint64_t mix(uint64_t x) {
@@ -181,21 +197,24 @@ struct Values {
   loomRedOp_t op;
   bool reduces;
   int n;
-  int64_t span = 0;    // floating point: integers in [-span, span] (times n for avg)
-  bool twos = false;   // floating point prod: factors +-1 and +-2
+  int64_t span = 0;   // floating point: integers in [-span, span] (times n for avg)
+  bool twos = false;  // floating point prod: factors +-1 and +-2
   bool isFloat() const { return t->kind != perf::Kind::kInt && t->kind != perf::Kind::kUint; }
 };
 
 // Largest integer below which every integer is exact, and the largest finite value.
 void floatLimits(const perf::TypeInfo& t, double* exact, double* maxFinite) {
-  if (t.kind == perf::Kind::kFloat) *exact = std::ldexp(1, 24), *maxFinite = 3e38;
-  else if (t.kind == perf::Kind::kDouble) *exact = std::ldexp(1, 53), *maxFinite = 1e300;
+  if (t.kind == perf::Kind::kFloat)
+    *exact = std::ldexp(1, 24), *maxFinite = 3e38;
+  else if (t.kind == perf::Kind::kDouble)
+    *exact = std::ldexp(1, 53), *maxFinite = 1e300;
   else {
     const perf::FloatFormat& f = *t.fmt;
     const int bias = (1 << (f.exp_bits - 1)) - 1;
     *exact = std::ldexp(1, f.man_bits + 1);
-    *maxFinite = f.ieee ? (2 - std::ldexp(1, -f.man_bits)) * std::ldexp(1, bias)
-                        : (2 - std::ldexp(1, 1 - f.man_bits)) * std::ldexp(1, (1 << f.exp_bits) - 1 - bias);
+    *maxFinite =
+        f.ieee ? (2 - std::ldexp(1, -f.man_bits)) * std::ldexp(1, bias)
+               : (2 - std::ldexp(1, 1 - f.man_bits)) * std::ldexp(1, (1 << f.exp_bits) - 1 - bias);
   }
 }
 
@@ -207,17 +226,27 @@ Values makeValues(loomDataType_t type, loomRedOp_t op, bool reduces, int n) {
   floatLimits(*v.t, &exact, &maxFinite);
   if (op == loomAvg && std::floor(exact / (double(n) * n)) < 1) v.op = op = loomSum;
   switch (op) {
-    case loomSum: v.span = static_cast<int64_t>(std::floor(exact / n)); break;
-    case loomAvg: v.span = static_cast<int64_t>(std::floor(exact / (double(n) * n))); break;
-    case loomProd: v.twos = std::ldexp(1, n) <= maxFinite; break;
-    default: v.span = static_cast<int64_t>(exact); break;
+    case loomSum:
+      v.span = static_cast<int64_t>(std::floor(exact / n));
+      break;
+    case loomAvg:
+      v.span = static_cast<int64_t>(std::floor(exact / (double(n) * n)));
+      break;
+    case loomProd:
+      v.twos = std::ldexp(1, n) <= maxFinite;
+      break;
+    default:
+      v.span = static_cast<int64_t>(exact);
+      break;
   }
   v.span = std::min<int64_t>(v.span, int64_t{1} << 40);
   return v;
 }
 
 // Rank r's input element i: raw bits for integers and data movement, else an exact integer.
-inline uint64_t rawOf(uint64_t seed, int r, size_t i) { return mix(seed + 0x9e3779b97f4a7c15ull * (i * 67 + r + 1)); }
+inline uint64_t rawOf(uint64_t seed, int r, size_t i) {
+  return mix(seed + 0x9e3779b97f4a7c15ull * (i * 67 + r + 1));
+}
 
 int64_t floatValueOf(const Values& v, uint64_t raw) {
   if (v.op == loomProd) {
@@ -264,8 +293,10 @@ int64_t asSigned(uint64_t v, size_t bytes) {
 
 void inputElement(const Values& v, uint64_t seed, int r, size_t i, unsigned char* out) {
   const uint64_t raw = rawOf(seed, r, i);
-  if (!v.reduces || !v.isFloat()) memcpy(out, &raw, v.t->size);
-  else encodeExact(*v.t, floatValueOf(v, raw), out);
+  if (!v.reduces || !v.isFloat())
+    memcpy(out, &raw, v.t->size);
+  else
+    encodeExact(*v.t, floatValueOf(v, raw), out);
 }
 
 // The reduction over all ranks of input element i.
@@ -276,10 +307,18 @@ void reducedElement(const Values& v, uint64_t seed, size_t i, unsigned char* out
     for (int r = 1; r < v.n; ++r) {
       const int64_t x = floatValueOf(v, rawOf(seed, r, i));
       switch (v.op) {
-        case loomProd: acc *= x; break;
-        case loomMax: acc = std::max(acc, x); break;
-        case loomMin: acc = std::min(acc, x); break;
-        default: acc += x; break;
+        case loomProd:
+          acc *= x;
+          break;
+        case loomMax:
+          acc = std::max(acc, x);
+          break;
+        case loomMin:
+          acc = std::min(acc, x);
+          break;
+        default:
+          acc += x;
+          break;
       }
     }
     encodeExact(*v.t, v.op == loomAvg ? acc / v.n : acc, out);
@@ -292,10 +331,18 @@ void reducedElement(const Values& v, uint64_t seed, size_t i, unsigned char* out
     const uint64_t x = rawOf(seed, r, i) & mask;
     const bool greater = sgn ? asSigned(x, sz) > asSigned(acc, sz) : x > acc;
     switch (v.op) {
-      case loomProd: acc = (acc * x) & mask; break;
-      case loomMax: acc = greater ? x : acc; break;
-      case loomMin: acc = greater || x == acc ? acc : x; break;
-      default: acc = (acc + x) & mask; break;
+      case loomProd:
+        acc = (acc * x) & mask;
+        break;
+      case loomMax:
+        acc = greater ? x : acc;
+        break;
+      case loomMin:
+        acc = greater || x == acc ? acc : x;
+        break;
+      default:
+        acc = (acc + x) & mask;
+        break;
     }
   }
   if (v.op == loomAvg)
@@ -317,7 +364,10 @@ struct Draw {
 
 Draw drawOp(uint64_t seed, long i, size_t maxBytes) {
   uint64_t h = mix(seed * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(i));
-  auto next = [&h](uint64_t n) { h = mix(h + 0x632be59bd9b4e019ull); return h % n; };
+  auto next = [&h](uint64_t n) {
+    h = mix(h + 0x632be59bd9b4e019ull);
+    return h % n;
+  };
   auto uniform = [&next] { return static_cast<double>(next(1u << 30)) / (1u << 30); };
   Draw d;
   d.coll = static_cast<Coll>(next(kNumColls));
@@ -325,13 +375,18 @@ Draw drawOp(uint64_t seed, long i, size_t maxBytes) {
   d.op = static_cast<loomRedOp_t>(next(loomNumOps));
   const uint64_t band = next(1000);
   auto logUniform = [&](double lo, double hi) {
-    return static_cast<size_t>(std::exp2(std::log2(lo) + uniform() * (std::log2(hi) - std::log2(lo))));
+    return static_cast<size_t>(
+        std::exp2(std::log2(lo) + uniform() * (std::log2(hi) - std::log2(lo))));
   };
   const double mx = static_cast<double>(maxBytes);
-  if (band < 10) d.bytes = 0;
-  else if (band < 900) d.bytes = logUniform(1, std::min(mx, 65536.0));
-  else if (band < 995) d.bytes = logUniform(std::min(mx, 65536.0), std::min(mx, 1048576.0));
-  else d.bytes = logUniform(std::min(mx, 1048576.0), mx);
+  if (band < 10)
+    d.bytes = 0;
+  else if (band < 900)
+    d.bytes = logUniform(1, std::min(mx, 65536.0));
+  else if (band < 995)
+    d.bytes = logUniform(std::min(mx, 65536.0), std::min(mx, 1048576.0));
+  else
+    d.bytes = logUniform(std::min(mx, 1048576.0), mx);
   d.rootDraw = static_cast<int>(next(1u << 20));
   d.inPlace = next(2) == 1;
   d.seed = mix(h);
@@ -376,20 +431,35 @@ bool runOp(const Draw& d, long index, const Rank& c, unsigned char* send, unsign
   loomResult_t r = loomSuccess;
   const loomDataType_t t = d.type;
   switch (d.coll) {
-    case kAllReduce: r = loomAllReduce(in, out, count, t, v.op, c.comm, nullptr); break;
-    case kBroadcast: r = loomBroadcast(in, out, count, t, root, c.comm, nullptr); break;
-    case kReduce: r = loomReduce(in, out, count, t, v.op, root, c.comm, nullptr); break;
-    case kAllGather: r = loomAllGather(in, out, count, t, c.comm, nullptr); break;
-    case kReduceScatter: r = loomReduceScatter(in, out, count, t, v.op, c.comm, nullptr); break;
-    case kAllToAll: r = loomAllToAll(in, out, count, t, c.comm, nullptr); break;
+    case kAllReduce:
+      r = loomAllReduce(in, out, count, t, v.op, c.comm, nullptr);
+      break;
+    case kBroadcast:
+      r = loomBroadcast(in, out, count, t, root, c.comm, nullptr);
+      break;
+    case kReduce:
+      r = loomReduce(in, out, count, t, v.op, root, c.comm, nullptr);
+      break;
+    case kAllGather:
+      r = loomAllGather(in, out, count, t, c.comm, nullptr);
+      break;
+    case kReduceScatter:
+      r = loomReduceScatter(in, out, count, t, v.op, c.comm, nullptr);
+      break;
+    case kAllToAll:
+      r = loomAllToAll(in, out, count, t, c.comm, nullptr);
+      break;
     case kSendRecv:
       r = loomGroupStart();
       if (r == loomSuccess) r = loomSend(in, count, t, (me + 1) % n, c.comm, nullptr);
       if (r == loomSuccess) r = loomRecv(out, count, t, (me + n - 1) % n, c.comm, nullptr);
       if (r == loomSuccess) r = loomGroupEnd();
       break;
-    case kBarrier: r = loomBarrier(c.comm, nullptr); break;
-    default: break;
+    case kBarrier:
+      r = loomBarrier(c.comm, nullptr);
+      break;
+    default:
+      break;
   }
   if (r != loomSuccess) {
     fprintf(stderr, "%s: rank %d: op %ld (%s %s count %zu): %s: %s\n", kProg, me, index,
@@ -405,15 +475,26 @@ bool runOp(const Draw& d, long index, const Rank& c, unsigned char* send, unsign
   for (size_t j = 0; j < outElems; ++j) {
     switch (d.coll) {
       case kAllReduce:
-      case kReduce: reducedElement(v, d.seed, j, want); break;
-      case kReduceScatter: reducedElement(v, d.seed, me * count + j, want); break;
-      case kBroadcast: inputElement(v, d.seed, root, j, want); break;
-      case kAllGather: inputElement(v, d.seed, static_cast<int>(j / count), j % count, want); break;
+      case kReduce:
+        reducedElement(v, d.seed, j, want);
+        break;
+      case kReduceScatter:
+        reducedElement(v, d.seed, me * count + j, want);
+        break;
+      case kBroadcast:
+        inputElement(v, d.seed, root, j, want);
+        break;
+      case kAllGather:
+        inputElement(v, d.seed, static_cast<int>(j / count), j % count, want);
+        break;
       case kAllToAll:
         inputElement(v, d.seed, static_cast<int>(j / count), me * count + j % count, want);
         break;
-      case kSendRecv: inputElement(v, d.seed, (me + n - 1) % n, j, want); break;
-      default: break;
+      case kSendRecv:
+        inputElement(v, d.seed, (me + n - 1) % n, j, want);
+        break;
+      default:
+        break;
     }
     if (memcmp(want, out + j * sz, sz) == 0) continue;
     if (++wrong <= 3) {
@@ -539,8 +620,8 @@ int runRank(const Args& a, const std::string& algo, int rank, Shared* shared) {
       warm = s;  // the warm-up level
     } else if (warm.op != 0) {
       if (s.rssKiB > warm.rssKiB + a.rssBoundKiB)
-        fail("resident memory grew from %ld KiB (op %ld) to %ld KiB (op %ld)", warm.rssKiB,
-             warm.op, s.rssKiB, s.op);
+        fail("resident memory grew from %ld KiB (op %ld) to %ld KiB (op %ld)", warm.rssKiB, warm.op,
+             s.rssKiB, s.op);
       if (s.fds != warm.fds)
         fail("open descriptors went from %d (op %ld) to %d (op %ld)", warm.fds, warm.op, s.fds,
              s.op);
@@ -570,12 +651,13 @@ int runRank(const Args& a, const std::string& algo, int rank, Shared* shared) {
       segments += segmentsLeft(h, a.np);
     }
     if (fds != fdsBeforeSplit || threads != threadsBeforeSplit || segments != 0 || unknown != 0)
-      fail("after destroying %zu communicators: %d fds (%d before), %d threads (%d before), %d "
-           "segments left in /dev/shm, %d hashes unknown",
-           comms.size(), fds, fdsBeforeSplit, threads, threadsBeforeSplit, segments, unknown);
+      fail(
+          "after destroying %zu communicators: %d fds (%d before), %d threads (%d before), %d "
+          "segments left in /dev/shm, %d hashes unknown",
+          comms.size(), fds, fdsBeforeSplit, threads, threadsBeforeSplit, segments, unknown);
     else if (rank == 0)
-      printf("%s: %zu split communicators destroyed: fds %d, threads %d, no segment left\n",
-             kProg, comms.size(), fds, threads);
+      printf("%s: %zu split communicators destroyed: fds %d, threads %d, no segment left\n", kProg,
+             comms.size(), fds, threads);
   }
   r = loomCommDestroy(world.comm);
   if (r != loomSuccess) fail("loomCommDestroy: %s", loomGetLastError(nullptr));
@@ -601,11 +683,12 @@ void printPhase(const Args& a, const std::string& algo, const Shared& sh) {
   }
   long total = 0;
   for (int c = 0; c < kNumColls; ++c) total += all.ops[c];
-  printf("%s: LOOM_ALGO=%s: %ld operations on %d ranks%s in %.1f s (%.0f ops/s, %.2f GiB moved "
-         "per rank), %ld wrong\n",
-         kProg, algo.c_str(), total, a.np,
-         a.comms > 0 ? (" over " + std::to_string(a.comms) + " split communicators").c_str() : "",
-         maxRankS, total / std::max(maxRankS, 1e-9), all.bytes / (1 << 30), all.wrongOps);
+  printf(
+      "%s: LOOM_ALGO=%s: %ld operations on %d ranks%s in %.1f s (%.0f ops/s, %.2f GiB moved "
+      "per rank), %ld wrong\n",
+      kProg, algo.c_str(), total, a.np,
+      a.comms > 0 ? (" over " + std::to_string(a.comms) + " split communicators").c_str() : "",
+      maxRankS, total / std::max(maxRankS, 1e-9), all.bytes / (1 << 30), all.wrongOps);
   printf("%s:  ", kProg);
   for (int c = 0; c < kNumColls; ++c) printf(" %s %ld", kCollNames[c], all.ops[c]);
   printf("\n%s:   op       rss KiB per rank (min..max)   fds per rank (min..max)\n", kProg);
@@ -634,8 +717,8 @@ int main(int argc, char** argv) {
   }
   int status = 0;
   for (const std::string& algo : a.algos) {
-    void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                     -1, 0);
+    void* mem =
+        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
       perror("mmap");
       return 1;

@@ -158,8 +158,8 @@ bool startPair(const char* recorder, bool tcp, Pair* p) {
     close(c1[0]);
     int code = rankMain(0, id, c0[0], res[1]);
     int status = 0;
-    if (other > 0 && (waitpid(other, &status, 0) != other || !WIFEXITED(status) ||
-                      WEXITSTATUS(status) != 0))
+    if (other > 0 &&
+        (waitpid(other, &status, 0) != other || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
       code = 1;
     std::fflush(nullptr);
     _exit(code);
@@ -275,13 +275,14 @@ int main(int argc, char** argv) {
     }
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) < 0) load[0] = -1;
-  std::printf("# loom-trace-overhead: 2 ranks over %s, recorder off (LOOM_FLIGHT_RECORDER=0) "
-              "and %s in alternating batches, %ld repetitions over %ld pairs per mode; %ld CPUs, "
-              "load %.1f\n",
-              tcp ? "TCP" : "shared memory",
-              calibrate ? "off again (calibration: 'on' pairs with recording off too)"
-                        : ("on (" + records + " records)").c_str(),
-              reps, pairs, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+  std::printf(
+      "# loom-trace-overhead: 2 ranks over %s, recorder off (LOOM_FLIGHT_RECORDER=0) "
+      "and %s in alternating batches, %ld repetitions over %ld pairs per mode; %ld CPUs, "
+      "load %.1f\n",
+      tcp ? "TCP" : "shared memory",
+      calibrate ? "off again (calibration: 'on' pairs with recording off too)"
+                : ("on (" + records + " records)").c_str(),
+      reps, pairs, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
   int code = 0;
   for (const uint64_t bytes : sizes) {
     // About the same time per batch at every size: 100 operations at 8 B, 10 at 1 MiB.
@@ -314,11 +315,12 @@ int main(int argc, char** argv) {
     bootstrapMedian(d, &lo, &hi);
     const double target = small ? 0.5 : 2.0;
     const char* unit = small ? "us" : "%";
-    std::printf("RESULT %-3s %9llu B  off %9.2f us  on %9.2f us  (medians of %zu batches of %llu)"
-                "  cost %+.3f %s, 95%% CI [%+.3f, %+.3f] %s  target < %.1f %s: %s\n",
-                tcp ? "tcp" : "shm", static_cast<unsigned long long>(bytes), median(offT),
-                median(onT), offT.size(), static_cast<unsigned long long>(iters), median(d), unit,
-                lo, hi, unit, target, unit, verdict(lo, hi, target));
+    std::printf(
+        "RESULT %-3s %9llu B  off %9.2f us  on %9.2f us  (medians of %zu batches of %llu)"
+        "  cost %+.3f %s, 95%% CI [%+.3f, %+.3f] %s  target < %.1f %s: %s\n",
+        tcp ? "tcp" : "shm", static_cast<unsigned long long>(bytes), median(offT), median(onT),
+        offT.size(), static_cast<unsigned long long>(iters), median(d), unit, lo, hi, unit, target,
+        unit, verdict(lo, hi, target));
     std::fflush(stdout);
   }
   std::vector<Pair*> all;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start 2: install, build, and run the whole test suite, then a short fuzzing run of every
-# wire parser (LOOM_FUZZ_SECONDS per target, default 10; 0 skips it), then the unit and
+# Quick start 2: install, check that the sources match .clang-format (scripts/check_format.sh),
+# build, and run the whole test suite, then a short fuzzing run of every wire parser
+# (LOOM_FUZZ_SECONDS per target, default 10; 0 skips it), then the unit and
 # multi-process suites on an AddressSanitizer + UndefinedBehaviorSanitizer build
 # (scripts/sanitize.sh; LOOM_SANITIZE_CHECK=0 skips it, =thread runs ThreadSanitizer's set too).
 # LOOM_SANITIZE=1 runs the whole suite on an AddressSanitizer + UndefinedBehaviorSanitizer build.
@@ -16,6 +17,7 @@ timed() {
 }
 trap 'echo "test.sh: ${times[*]/%/;} total $SECONDS s"' EXIT
 timed setup ./scripts/setup.sh
+timed format ./scripts/check_format.sh
 # The CUDA sources (where nvcc exists) are built as compute_90 PTX only, to keep the suite's
 # build short; a GPU machine builds its real architectures (tests/gpu/run.sh).
 timed build ./scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${LOOM_CUDA_ARCHS:-90-virtual}"

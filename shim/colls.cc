@@ -95,16 +95,14 @@ ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, in
 }
 
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
-                         ncclDataType_t datatype, int root, ncclComm_t comm,
-                         cudaStream_t stream) {
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return forward("ncclGather", sendbuff, recvbuff, [&] {
     return loomGather(sendbuff, recvbuff, count, dt(datatype), root, toLoom(comm), stream);
   });
 }
 
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
-                          ncclDataType_t datatype, int root, ncclComm_t comm,
-                          cudaStream_t stream) {
+                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return forward("ncclScatter", sendbuff, recvbuff, [&] {
     return loomScatter(sendbuff, recvbuff, count, dt(datatype), root, toLoom(comm), stream);
   });

@@ -89,8 +89,7 @@ __attribute__((constructor)) void mirrorNcclEnvironment() {
     if (const char* v = getenv(p[0])) setenv(p[1], v, 0);
   // NCCL_DEBUG takes VERSION as well; Loom knows WARN, INFO and TRACE.
   if (const char* v = getenv("NCCL_DEBUG"))
-    if (!strcmp(v, "WARN") || !strcmp(v, "INFO") || !strcmp(v, "TRACE"))
-      setenv("LOOM_DEBUG", v, 0);
+    if (!strcmp(v, "WARN") || !strcmp(v, "INFO") || !strcmp(v, "TRACE")) setenv("LOOM_DEBUG", v, 0);
 }
 
 }  // namespace
@@ -122,8 +121,8 @@ ncclResult_t checkHost(const char* fn, const char* arg, const void* p) {
     return h != nullptr ? reinterpret_cast<GetAttr>(dlsym(h, "cuPointerGetAttribute")) : nullptr;
   }();
   if (p == nullptr || getAttr == nullptr) return ncclSuccess;
-  constexpr int kMemoryTypeAttr = 2;   // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-  constexpr int kIsManagedAttr = 8;    // CU_POINTER_ATTRIBUTE_IS_MANAGED
+  constexpr int kMemoryTypeAttr = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+  constexpr int kIsManagedAttr = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
   constexpr unsigned kDeviceMemory = 2;  // CU_MEMORYTYPE_DEVICE
   unsigned type = 0;
   int managed = 0;
@@ -195,8 +194,8 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myra
   // Loom's rendezvous has one root; every rank passes the same ids in the same
   // order, so the first one names it for all.
   if (nId < 1)
-    return fail(ncclInvalidArgument, "ncclCommInitRankScalable", "nId: " + std::to_string(nId) +
-                                                                     " < 1");
+    return fail(ncclInvalidArgument, "ncclCommInitRankScalable",
+                "nId: " + std::to_string(nId) + " < 1");
   if (commIds == nullptr)
     return fail(ncclInvalidArgument, "ncclCommInitRankScalable", "commIds: NULL");
   return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
@@ -228,8 +227,9 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
     loomConfig_t* lcp;
     ncclResult_t r = toLoomConfig(fn, config, &lc, &lcp);
     if (r != ncclSuccess) return r;
-    static_assert(NCCL_SHRINK_DEFAULT == LOOM_SHRINK_DEFAULT && NCCL_SHRINK_ABORT == LOOM_SHRINK_ABORT,
-                  "shrink flags");
+    static_assert(
+        NCCL_SHRINK_DEFAULT == LOOM_SHRINK_DEFAULT && NCCL_SHRINK_ABORT == LOOM_SHRINK_ABORT,
+        "shrink flags");
     return fromLoom(loomCommShrink(toLoom(comm), excludeRanksList, excludeRanksCount,
                                    reinterpret_cast<loomComm_t*>(newcomm), lcp, shrinkFlags));
   });
@@ -283,15 +283,24 @@ ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
 
 const char* pncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (ncclGetLastError says more)";
-    case ncclSystemError: return "unhandled system error (ncclGetLastError says more)";
-    case ncclInternalError: return "internal error (ncclGetLastError says more)";
-    case ncclInvalidArgument: return "invalid argument (ncclGetLastError names it)";
-    case ncclInvalidUsage: return "invalid usage (ncclGetLastError says why)";
-    case ncclRemoteError: return "remote process exited, timed out, or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (ncclGetLastError says more)";
+    case ncclSystemError:
+      return "unhandled system error (ncclGetLastError says more)";
+    case ncclInternalError:
+      return "internal error (ncclGetLastError says more)";
+    case ncclInvalidArgument:
+      return "invalid argument (ncclGetLastError names it)";
+    case ncclInvalidUsage:
+      return "invalid usage (ncclGetLastError says why)";
+    case ncclRemoteError:
+      return "remote process exited, timed out, or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 

@@ -105,7 +105,8 @@ bool parseCount(const char* text, long long* out) {
 int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts, int perHost,
                      size_t minBytes, size_t maxBytes, size_t factor, const System* graph,
                      const std::vector<RankPlace>& ranks) {
-  loom::Result<algo::CostModel> m = algo::tunerCostModel(loom::env::tunerTable(), loom::env::slotBytes());
+  loom::Result<algo::CostModel> m =
+      algo::tunerCostModel(loom::env::tunerTable(), loom::env::slotBytes());
   if (!m.isOk()) {
     std::fprintf(stderr, "loom-topo: %s\n", m.status().message().c_str());
     return 2;
@@ -217,8 +218,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "loom-topo: %s: '%s' is not a whole number >= 0\n", a.c_str(), v);
         return 2;
       }
-    }
-    else if (a == "-h" || a == "--help") {
+    } else if (a == "-h" || a == "--help") {
       usage();
       return 0;
     } else {

@@ -10,14 +10,13 @@
 // Exit status: 0 on success, 1 when a Gloo call failed or a result was wrong, 2 on bad usage.
 
 #include <dirent.h>
-#include <unistd.h>
-
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,10 +35,14 @@ template <typename T>
 gloo::AllreduceOptions::Func ReduceFunc(loomRedOp_t op) {
   using Fn = void (*)(void*, const void*, const void*, size_t);
   switch (op) {
-    case loomProd: return static_cast<Fn>(&gloo::product<T>);
-    case loomMax: return static_cast<Fn>(&gloo::max<T>);
-    case loomMin: return static_cast<Fn>(&gloo::min<T>);
-    default: return static_cast<Fn>(&gloo::sum<T>);
+    case loomProd:
+      return static_cast<Fn>(&gloo::product<T>);
+    case loomMax:
+      return static_cast<Fn>(&gloo::max<T>);
+    case loomMin:
+      return static_cast<Fn>(&gloo::min<T>);
+    default:
+      return static_cast<Fn>(&gloo::sum<T>);
   }
 }
 
@@ -55,11 +58,21 @@ class GlooBackend : public perf::Backend {
   void Run(perf::Coll, const void* send, void* recv, size_t count, const perf::TypeInfo& t,
            loomRedOp_t op, int) override {
     switch (t.type) {
-      case loomUint8: Run<uint8_t>(send, recv, count, op); break;
-      case loomInt32: Run<int32_t>(send, recv, count, op); break;
-      case loomInt64: Run<int64_t>(send, recv, count, op); break;
-      case loomFloat: Run<float>(send, recv, count, op); break;
-      default: Run<double>(send, recv, count, op); break;
+      case loomUint8:
+        Run<uint8_t>(send, recv, count, op);
+        break;
+      case loomInt32:
+        Run<int32_t>(send, recv, count, op);
+        break;
+      case loomInt64:
+        Run<int64_t>(send, recv, count, op);
+        break;
+      case loomFloat:
+        Run<float>(send, recv, count, op);
+        break;
+      default:
+        Run<double>(send, recv, count, op);
+        break;
     }
   }
   void Barrier() override {
@@ -118,8 +131,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string dir = tmpl;
-  const int rc = perf::Launch(kProg, o.nranks, o.timeout_s,
-                              [&](int rank) { return RunRank(o, rank, dir); });
+  const int rc =
+      perf::Launch(kProg, o.nranks, o.timeout_s, [&](int rank) { return RunRank(o, rank, dir); });
   RemoveDir(dir);
   return rc;
 }

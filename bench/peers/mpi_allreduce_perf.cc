@@ -12,8 +12,8 @@
 #include <mpi.h>
 
 #include <climits>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "perf/perf.h"
@@ -22,22 +22,33 @@ namespace {
 
 MPI_Datatype MpiType(loomDataType_t t) {
   switch (t) {
-    case loomUint8: return MPI_UINT8_T;
-    case loomInt32: return MPI_INT32_T;
-    case loomInt64: return MPI_INT64_T;
-    case loomFloat: return MPI_FLOAT;
-    case loomDouble: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
+    case loomUint8:
+      return MPI_UINT8_T;
+    case loomInt32:
+      return MPI_INT32_T;
+    case loomInt64:
+      return MPI_INT64_T;
+    case loomFloat:
+      return MPI_FLOAT;
+    case loomDouble:
+      return MPI_DOUBLE;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
 MPI_Op MpiOp(loomRedOp_t op) {
   switch (op) {
-    case loomSum: return MPI_SUM;
-    case loomProd: return MPI_PROD;
-    case loomMax: return MPI_MAX;
-    case loomMin: return MPI_MIN;
-    default: return MPI_OP_NULL;
+    case loomSum:
+      return MPI_SUM;
+    case loomProd:
+      return MPI_PROD;
+    case loomMax:
+      return MPI_MAX;
+    case loomMin:
+      return MPI_MIN;
+    default:
+      return MPI_OP_NULL;
   }
 }
 
@@ -91,8 +102,10 @@ class MpiBackend : public perf::Backend {
         MPI_Gather(rank_ == root && send == own ? MPI_IN_PLACE : send, n, ty, recv, n, ty, root, w);
         break;
       case perf::Coll::kScatter: {
-        const char* part = static_cast<const char*>(send) + static_cast<size_t>(rank_) * count * t.size;
-        MPI_Scatter(send, n, ty, rank_ == root && recv == part ? MPI_IN_PLACE : recv, n, ty, root, w);
+        const char* part =
+            static_cast<const char*>(send) + static_cast<size_t>(rank_) * count * t.size;
+        MPI_Scatter(send, n, ty, rank_ == root && recv == part ? MPI_IN_PLACE : recv, n, ty, root,
+                    w);
         break;
       }
       case perf::Coll::kSendRecv:

@@ -12,7 +12,8 @@
 // writer fills it again and the reader copies it with process_vm_readv (cma); the reader fills
 // a buffer of its own and copies that (local). Each fill after the first rewrites lines the
 // reader holds (write after peer read). One line per size, averages over the repetitions:
-//   xcore-bw: bytes 524288 cpus 0,1 cross 14.31 GB/s local 41.54 GB/s write-after-peer-read 20.52 GB/s cma 10.43 GB/s
+//   xcore-bw: bytes 524288 cpus 0,1 cross 14.31 GB/s local 41.54 GB/s write-after-peer-read 20.52
+//   GB/s cma 10.43 GB/s
 // "cma n/a" where the kernel refuses process_vm_readv (ENOSYS, EPERM).
 // Exit status 1 where the process has fewer than two CPUs (nothing measured), 2 on bad usage.
 
@@ -151,9 +152,10 @@ int main(int argc, char** argv) {
     const Result r = measure(bytes, reps, cpus[0], cpus[1]);
     const double total = static_cast<double>(bytes) * reps / 1e9;
     // Two fills a repetition: the writer's rate is over twice the bytes.
-    std::printf("xcore-bw: bytes %zu cpus %d,%d cross %.2f GB/s local %.2f GB/s "
-                "write-after-peer-read %.2f GB/s ",
-                bytes, cpus[0], cpus[1], total / r.cross, total / r.local, 2 * total / r.write);
+    std::printf(
+        "xcore-bw: bytes %zu cpus %d,%d cross %.2f GB/s local %.2f GB/s "
+        "write-after-peer-read %.2f GB/s ",
+        bytes, cpus[0], cpus[1], total / r.cross, total / r.local, 2 * total / r.write);
     if (r.cmaFailed)
       std::printf("cma n/a\n");
     else

@@ -33,13 +33,16 @@ const CollInfo& InfoOf(Coll c) { return kColls[static_cast<int>(c)]; }
 
 double BusFactor(Coll c, int n) {
   switch (c) {
-    case Coll::kAllReduce: return 2.0 * (n - 1) / n;
+    case Coll::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
     case Coll::kGather:
-    case Coll::kScatter: return static_cast<double>(n - 1) / n;
-    default: return 1;
+    case Coll::kScatter:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1;
   }
 }
 
@@ -193,8 +196,8 @@ double Reduced(const TypeInfo& t, loomRedOp_t op, int nranks, size_t i) {
   for (int r = 1; r < nranks; ++r) {
     const double v = Input(t, op, nranks, r, i);
     acc = op == loomProd  ? acc * v
-        : op == loomMax   ? std::max(acc, v)
-        : op == loomMin   ? std::min(acc, v)
+          : op == loomMax ? std::max(acc, v)
+          : op == loomMin ? std::min(acc, v)
                           : acc + v;
   }
   return op == loomAvg ? acc / nranks : acc;
@@ -220,11 +223,15 @@ Shape ShapeOf(Coll c, size_t elems, int n) {
   const size_t un = static_cast<size_t>(n);
   switch (c) {
     case Coll::kAllGather:
-    case Coll::kGather: return {elems / un, elems / un, elems / un * un, elems / un * un};
+    case Coll::kGather:
+      return {elems / un, elems / un, elems / un * un, elems / un * un};
     case Coll::kReduceScatter:
-    case Coll::kScatter: return {elems / un, elems / un * un, elems / un, elems / un * un};
-    case Coll::kAllToAll: return {elems / un, elems / un * un, elems / un * un, elems / un * un};
-    default: return {elems, elems, elems, elems};
+    case Coll::kScatter:
+      return {elems / un, elems / un * un, elems / un, elems / un * un};
+    case Coll::kAllToAll:
+      return {elems / un, elems / un * un, elems / un * un, elems / un * un};
+    default:
+      return {elems, elems, elems, elems};
   }
 }
 
@@ -239,18 +246,21 @@ Operands OperandsOf(Coll c, const Shape& s, size_t esize, int rank, bool in_plac
   if (!in_place) return {send, recv};
   switch (c) {
     case Coll::kAllGather:
-    case Coll::kGather: return {recv + rank * s.call * esize, recv};
+    case Coll::kGather:
+      return {recv + rank * s.call * esize, recv};
     case Coll::kReduceScatter:
-    case Coll::kScatter: return {send, send + rank * s.call * esize};
-    default: return {recv, recv};
+    case Coll::kScatter:
+      return {send, send + rank * s.call * esize};
+    default:
+      return {recv, recv};
   }
 }
 
 loomRedOp_t PatternOp(Coll c, loomRedOp_t op) { return InfoOf(c).reduces ? op : loomMax; }
 
 // Writes this rank's input into the send operand.
-void FillInput(Coll c, const Shape& s, const TypeInfo& t, loomRedOp_t op, int n, int rank,
-               int root, void* send) {
+void FillInput(Coll c, const Shape& s, const TypeInfo& t, loomRedOp_t op, int n, int rank, int root,
+               void* send) {
   if ((c == Coll::kBroadcast || c == Coll::kScatter) && rank != root) return;
   const loomRedOp_t pop = PatternOp(c, op);
   for (size_t i = 0; i < s.sends; ++i) Store(send, i, t, Input(t, pop, n, rank, i));
@@ -340,8 +350,7 @@ Stats TimeAndCheck(Ctx& k, Coll c, const Shape& s, const TypeInfo& t, loomRedOp_
   st.ran = true;
   const Options& o = k.o;
   const Operands ops = OperandsOf(c, s, t.size, k.rank, in_place, k.send, k.recv);
-  const Operands run =
-      o.gpu ? OperandsOf(c, s, t.size, k.rank, in_place, k.dsend, k.drecv) : ops;
+  const Operands run = o.gpu ? OperandsOf(c, s, t.size, k.rank, in_place, k.dsend, k.drecv) : ops;
   const bool skew = o.skew != 0 && k.nranks > 1;
   if (skew) std::fill(k.arrivals.begin(), k.arrivals.end(), 0.0);
   k.b.Sync();
@@ -355,10 +364,18 @@ Stats TimeAndCheck(Ctx& k, Coll c, const Shape& s, const TypeInfo& t, loomRedOp_
   const double sec = (Now() - start) / (o.iters * o.agg);
   double combined = sec;
   switch (o.average) {
-    case Average::kRank0: combined = SumOver(k.b, k.rank == 0 ? sec : 0, loomSum); break;
-    case Average::kMean: combined = SumOver(k.b, sec, loomSum) / k.nranks; break;
-    case Average::kMin: combined = SumOver(k.b, sec, loomMin); break;
-    case Average::kMax: combined = SumOver(k.b, sec, loomMax); break;
+    case Average::kRank0:
+      combined = SumOver(k.b, k.rank == 0 ? sec : 0, loomSum);
+      break;
+    case Average::kMean:
+      combined = SumOver(k.b, sec, loomSum) / k.nranks;
+      break;
+    case Average::kMin:
+      combined = SumOver(k.b, sec, loomMin);
+      break;
+    case Average::kMax:
+      combined = SumOver(k.b, sec, loomMax);
+      break;
   }
   st.time_us = combined * 1e6;
   const double bytes = static_cast<double>(s.total * t.size);
@@ -452,9 +469,10 @@ void PrintHeader(const Options& o, const CollInfo& c, int nranks, const std::vec
 
 void PrintColumns(bool skew) {
   const char* side = skew ? "                   " : "";
-  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place%s                       "
-              "in-place\n",
-              "", "", "", "", "", side);
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place%s                       "
+      "in-place\n",
+      "", "", "", "", "", side);
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s", "size", "count", "type", "redop",
               "root", "time", "algbw", "busbw", "#wrong");
   if (skew) std::printf("  %8s  %9s", "maxskew", "last");
@@ -552,8 +570,8 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
     dsend = static_cast<char*>(b.DeviceAlloc(o.max_bytes));
     drecv = static_cast<char*>(b.DeviceAlloc(o.max_bytes));
     if (dsend == nullptr || drecv == nullptr) {
-      std::fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes of device memory (-G 1)\n",
-                   rank, o.max_bytes);
+      std::fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes of device memory (-G 1)\n", rank,
+                   o.max_bytes);
       return 1;
     }
   }
@@ -585,8 +603,8 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
           if (o.gpu) b.CopyToDevice(dsend, send, full.total * t->size);
           for (size_t size : Sizes(o)) {
             const Shape s = ShapeOf(c, size / t->size, nranks);
-            const Operands w = OperandsOf(c, s, t->size, rank, false, o.gpu ? dsend : send,
-                                          o.gpu ? drecv : recv);
+            const Operands w =
+                OperandsOf(c, s, t->size, rank, false, o.gpu ? dsend : send, o.gpu ? drecv : recv);
             if (b.Supports(c, *t, op->op))
               for (int i = 0; i < o.warmup; ++i)
                 RunOnce(b, o, c, w, s, *t, op->op, std::max(root, 0));
@@ -744,8 +762,9 @@ constexpr Flag kFlags[] = {
     {"-d", "--datatype", "type, or all"},
     {"-o", "--op", "sum, prod, max, min, avg, or all"},
     {"-r", "--root", "root of broadcast, reduce, gather and scatter, or all"},
-    {"-C", "--collective", "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
-                           "sendrecv, gather, scatter, a comma list, or all"},
+    {"-C", "--collective",
+     "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
+     "sendrecv, gather, scatter, a comma list, or all"},
     {"-I", "--skew", "1: arrival-skew columns (largest skew, rank most often last)"},
     {"-R", "--local_register", "1: buffers from the library's allocator (Loom: loomMemAlloc)"},
     {"-G", "--device", "1: CUDA device buffers on a stream (checked after copying back)"},
@@ -757,8 +776,8 @@ constexpr Flag kFlags[] = {
 [[noreturn]] void Usage(const FlagSet& fs, const std::string& msg) {
   std::fprintf(stderr, "%s: %s\nusage: %s [flag value]...\n", fs.prog, msg.c_str(), fs.prog);
   for (const Flag& f : kFlags) {
-    if (!fs.launches && (std::strcmp(f.short_name, "-np") == 0 ||
-                         std::strcmp(f.short_name, "-T") == 0))
+    if (!fs.launches &&
+        (std::strcmp(f.short_name, "-np") == 0 || std::strcmp(f.short_name, "-T") == 0))
       continue;
     std::fprintf(stderr, "  %-4s %-15s %s\n", f.short_name, f.long_name, f.help);
   }
@@ -768,7 +787,6 @@ constexpr Flag kFlags[] = {
 [[noreturn]] void Invalid(const FlagSet& fs, const std::string& flag, const std::string& value) {
   Usage(fs, "invalid value for " + flag + ": '" + value + "'");
 }
-
 
 int FlagInt(const FlagSet& fs, const std::string& flag, const char* arg, long lo, long hi) {
   char* end = nullptr;
@@ -885,8 +903,8 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
   auto runs = [&](Coll c) {
     return fs.colls.empty() || std::find(fs.colls.begin(), fs.colls.end(), c) != fs.colls.end();
   };
-  if (coll_names.empty()) coll_names = InfoOf(runs(Coll::kAllReduce) ? Coll::kAllReduce
-                                                                      : fs.colls.front()).name;
+  if (coll_names.empty())
+    coll_names = InfoOf(runs(Coll::kAllReduce) ? Coll::kAllReduce : fs.colls.front()).name;
   size_t pos = 0;
   while (pos <= coll_names.size()) {
     const size_t comma = std::min(coll_names.find(',', pos), coll_names.size());

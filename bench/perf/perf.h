@@ -86,8 +86,8 @@ struct Options {
   size_t step_bytes = size_t{1} << 20;
   int iters = 20;
   int warmup = 5;
-  int agg = 1;     // -m: operations per timed iteration, issued as one group
-  int check = 1;   // -c: checked runs per size
+  int agg = 1;    // -m: operations per timed iteration, issued as one group
+  int check = 1;  // -c: checked runs per size
   Average average = Average::kMean;
   int root = 0;    // -r: the root of broadcast and reduce; -1: every root in turn
   int skew = 0;    // -I: arrival-skew columns

@@ -84,14 +84,11 @@ typedef enum {
   loomNumOps = 5,
   /// Operations made by loomRedOpCreatePreMulSum take values from here up.
   loomMaxRedOp = 0x7fffffff,
-  loomRedOpIntMin_ = -2147483647 - 1  /* not an op: see loomDataTypeIntMin_ */
+  loomRedOpIntMin_ = -2147483647 - 1 /* not an op: see loomDataTypeIntMin_ */
 } loomRedOp_t;
 
 /// Where the scalar of loomRedOpCreatePreMulSum lives (only host is supported).
-typedef enum {
-  loomScalarDevice = 0,
-  loomScalarHostImmediate = 1
-} loomScalarResidence_t;
+typedef enum { loomScalarDevice = 0, loomScalarHostImmediate = 1 } loomScalarResidence_t;
 
 #define LOOM_CONFIG_MAGIC 0x4c4f4f4du /* "LOOM" */
 #define LOOM_CONFIG_UNDEF_INT (-2147483647 - 1)
@@ -100,18 +97,18 @@ typedef enum {
 /// Per-communicator options. Start from LOOM_CONFIG_INITIALIZER; unset fields
 /// take their defaults (from the environment where a variable exists).
 typedef struct {
-  size_t size;          ///< sizeof(loomConfig_t), set by the initializer
-  unsigned int magic;   ///< LOOM_CONFIG_MAGIC
-  unsigned int version; ///< LOOM_VERSION_CODE
-  int blocking;         ///< 1 (default): calls return when done; 0: non-blocking (below)
-  const char* commName; ///< a name shown in logs and error messages
-  int timeoutMs;        ///< every wait fails with loomTimeout after this long (LOOM_TIMEOUT_MS)
+  size_t size;           ///< sizeof(loomConfig_t), set by the initializer
+  unsigned int magic;    ///< LOOM_CONFIG_MAGIC
+  unsigned int version;  ///< LOOM_VERSION_CODE
+  int blocking;          ///< 1 (default): calls return when done; 0: non-blocking (below)
+  const char* commName;  ///< a name shown in logs and error messages
+  int timeoutMs;         ///< every wait fails with loomTimeout after this long (LOOM_TIMEOUT_MS)
 } loomConfig_t;
 
-#define LOOM_CONFIG_INITIALIZER                                                 \
-  {                                                                             \
-    sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE,                 \
-        LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_PTR, LOOM_CONFIG_UNDEF_INT     \
+#define LOOM_CONFIG_INITIALIZER                                                        \
+  {                                                                                    \
+    sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT, \
+        LOOM_CONFIG_UNDEF_PTR, LOOM_CONFIG_UNDEF_INT                                   \
   }
 
 /// Colour that leaves a rank out of every communicator made by loomCommSplit.
@@ -270,13 +267,11 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 /// Copies root's sendbuff to every rank's recvbuff.
 loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           loomDataType_t datatype, int root, loomComm_t comm,
-                           loomStream_t stream);
+                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
 
 /// Reduces every rank's sendbuff into root's recvbuff.
-loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream);
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream);
 
 /// recvbuff[r * sendcount ...] = rank r's sendbuff. In place when
 /// sendbuff == recvbuff + rank * sendcount.
@@ -328,12 +323,12 @@ loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
 /// (operations whose peers' entry times are known: all-reduces of a
 /// communicator whose ranks share one host).
 typedef struct {
-  int rank;                  ///< the rank described
-  unsigned long long ops;    ///< operations counted
-  unsigned long long timesLast; ///< how often this rank entered last
-  double meanLateUs;         ///< mean time after the first rank's entry
-  double maxLateUs;          ///< largest time after the first rank's entry
-  double waitCausedUs;       ///< total time other ranks waited for it when it was last
+  int rank;                      ///< the rank described
+  unsigned long long ops;        ///< operations counted
+  unsigned long long timesLast;  ///< how often this rank entered last
+  double meanLateUs;             ///< mean time after the first rank's entry
+  double maxLateUs;              ///< largest time after the first rank's entry
+  double waitCausedUs;           ///< total time other ranks waited for it when it was last
 } loomStragglerStat_t;
 
 /// Writes this rank's flight recorder (the last LOOM_FLIGHT_RECORDER

@@ -1,11 +1,10 @@
 #include "backend.h"
 
+#include <algorithm>
+#include <cstring>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "util.h"
-
-#include <algorithm>
-#include <cstring>
 
 namespace loom::torchext {
 
@@ -96,15 +95,15 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
   // the operation itself if Loom's thread has not taken it yet).
   const bool groupTimeout = timeout.count() <= 0;
   const int64_t ms = groupTimeout ? backend_->timeout().count() : timeout.count();
-  const loomResult_t r = loomCommWaitTicket(
-      backend_->comm(), ticket_,
-      groupTimeout ? -1 : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
+  const loomResult_t r =
+      loomCommWaitTicket(backend_->comm(), ticket_,
+                         groupTimeout ? -1 : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
   if (r == loomInProgress)
-    std::rethrow_exception(backendError(
-        "loom: rank " + std::to_string(backend_->getRank()) + ": " +
-        c10d::opTypeToString(retrieveOpType()) + " #" + std::to_string(seq_) +
-        " did not finish: timeout after " + std::to_string(ms) +
-        " ms (a peer is late, stalled or dead)"));
+    std::rethrow_exception(backendError("loom: rank " + std::to_string(backend_->getRank()) + ": " +
+                                        c10d::opTypeToString(retrieveOpType()) + " #" +
+                                        std::to_string(seq_) + " did not finish: timeout after " +
+                                        std::to_string(ms) +
+                                        " ms (a peer is late, stalled or dead)"));
   const std::exception_ptr e = complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
   if (e) std::rethrow_exception(e);
   return true;
@@ -206,8 +205,8 @@ std::string LoomBackend::describe(loomResult_t r, const std::string& message,
   const std::string what = r == loomTimeout ? "failed (a timeout of the group)" : "failed";
   return "loom: rank " + std::to_string(getRank()) + ": " +
          c10d::opTypeToString(const_cast<LoomWork&>(w).retrieveOpType()) + " #" +
-         std::to_string(w.getSequencenumber()) + " " + what + ": " + loomGetErrorString(r) +
-         ": " + message;
+         std::to_string(w.getSequencenumber()) + " " + what + ": " + loomGetErrorString(r) + ": " +
+         message;
 }
 
 // ---- Completion ----
@@ -303,10 +302,14 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
 loomRedOp_t LoomBackend::redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
   const bool isBool = t.scalar_type() == at::kBool;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return isBool ? loomMax : loomSum;  // bool: sum is "any"
-    case c10d::ReduceOp::PRODUCT: return isBool ? loomMin : loomProd;
-    case c10d::ReduceOp::MIN: return loomMin;
-    case c10d::ReduceOp::MAX: return loomMax;
+    case c10d::ReduceOp::SUM:
+      return isBool ? loomMax : loomSum;  // bool: sum is "any"
+    case c10d::ReduceOp::PRODUCT:
+      return isBool ? loomMin : loomProd;
+    case c10d::ReduceOp::MIN:
+      return loomMin;
+    case c10d::ReduceOp::MAX:
+      return loomMax;
     case c10d::ReduceOp::AVG:
       if (isBool) fail("op: AVG of bool tensors");
       return loomAvg;

@@ -18,9 +18,6 @@
 #pragma once
 
 #include <loom/loom.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <condition_variable>
 #include <deque>
@@ -28,6 +25,9 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace loom::torchext {
 
@@ -117,8 +117,7 @@ class LoomBackend : public c10d::Backend {
                                        std::vector<at::Tensor>& inputs,
                                        const c10d::ReduceScatterOptions& opts) override;
   Work alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-                     std::vector<int64_t>& inputSplits,
-                     const c10d::AllToAllOptions& opts) override;
+                     std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) override;
   Work alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                 const c10d::AllToAllOptions& opts) override;
   Work send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
@@ -143,8 +142,7 @@ class LoomBackend : public c10d::Backend {
   // All-gathers of several inputs as one operation, each into a staging tensor copied out
   // once done: outputOf(i, r) is where input i of rank r lands.
   Work allgatherStaged(std::vector<at::Tensor>& inputs,
-                       const std::function<at::Tensor&(size_t, int)>& outputOf,
-                       c10d::OpType type);
+                       const std::function<at::Tensor&(size_t, int)>& outputOf, c10d::OpType type);
   // A sparse (COO) all-reduce, run to completion here: sizes, then indices and values are
   // all-gathered and summed.
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);

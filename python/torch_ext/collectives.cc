@@ -164,9 +164,8 @@ WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions
   }
   t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes()).coalesce());
   ++seq_;
-  auto w = c10::make_intrusive<LoomWork>(this, c10d::OpType::ALLREDUCE,
-                                         std::vector<at::Tensor>{t}, nullptr,
-                                         std::vector<at::Tensor>{});
+  auto w = c10::make_intrusive<LoomWork>(this, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t},
+                                         nullptr, std::vector<at::Tensor>{});
   w->complete(loomSuccess, "");
   return w;
 }
@@ -206,11 +205,13 @@ WorkPtr LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
   checkTensor(input, "input");
   checkTensor(output, "output");
   checkSame(input, output, "output", input.numel() * getSize());
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [&] {
-    check(loomAllGather(input.data_ptr(), output.data_ptr(), bytes(input), loomUint8, comm_,
-                        nullptr),
-          "loomAllGather");
-  }, nullptr, {input});
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output},
+                 [&] {
+                   check(loomAllGather(input.data_ptr(), output.data_ptr(), bytes(input), loomUint8,
+                                       comm_, nullptr),
+                         "loomAllGather");
+                 },
+                 nullptr, {input});
 }
 
 WorkPtr LoomBackend::allgatherStaged(std::vector<at::Tensor>& inputs,
@@ -222,8 +223,8 @@ WorkPtr LoomBackend::allgatherStaged(std::vector<at::Tensor>& inputs,
   for (size_t i = 0; i < inputs.size(); ++i) {
     for (int r = 0; r < getSize(); ++r) {
       at::Tensor& o = outputOf(i, r);
-      const std::string arg = "output_tensors (input " + std::to_string(i) + ", rank " +
-                              std::to_string(r) + ")";
+      const std::string arg =
+          "output_tensors (input " + std::to_string(i) + ", rank " + std::to_string(r) + ")";
       checkTensor(o, arg);
       checkSame(inputs[i], o, arg, inputs[i].numel());
       outs[i].push_back(o);
@@ -287,14 +288,17 @@ WorkPtr LoomBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& ou
   if (outputs.size() != inputs.size()) fail("outputs: not one per input");
   for (size_t i = 0; i < inputs.size(); ++i)
     checkSame(inputs[i], outputs[i], nth("outputs", i), inputs[i].numel() * getSize());
-  return enqueue(c10d::OpType::COALESCED, outputs, [&] {
-    grouped([&] {
-      for (size_t i = 0; i < inputs.size(); ++i)
-        check(loomAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytes(inputs[i]),
-                            loomUint8, comm_, nullptr),
-              "loomAllGather");
-    });
-  }, nullptr, inputs);
+  return enqueue(
+      c10d::OpType::COALESCED, outputs,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < inputs.size(); ++i)
+            check(loomAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytes(inputs[i]),
+                                loomUint8, comm_, nullptr),
+                  "loomAllGather");
+        });
+      },
+      nullptr, inputs);
 }
 
 WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -303,10 +307,13 @@ WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
   const int root = rootOf(opts.rootRank, getSize());
   at::Tensor& in = inputs[0];
   if (getRank() != root) {
-    return enqueue(c10d::OpType::GATHER, {}, [&] {
-      check(loomGather(in.data_ptr(), nullptr, bytes(in), loomUint8, root, comm_, nullptr),
-            "loomGather");
-    }, nullptr, {in});
+    return enqueue(
+        c10d::OpType::GATHER, {},
+        [&] {
+          check(loomGather(in.data_ptr(), nullptr, bytes(in), loomUint8, root, comm_, nullptr),
+                "loomGather");
+        },
+        nullptr, {in});
   }
   if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
     fail("output_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
@@ -337,11 +344,14 @@ WorkPtr LoomBackend::scatter(std::vector<at::Tensor>& outputs,
       checkSame(out, inputs[0][r], nth("input_tensors[0]", r), out.numel());
     send = flatten(inputs[0]);
   }
-  return enqueue(c10d::OpType::SCATTER, outputs, [&] {
-    check(loomScatter(send.defined() ? send.data_ptr() : nullptr, out.data_ptr(), bytes(out),
-                      loomUint8, root, comm_, nullptr),
-          "loomScatter");
-  }, nullptr, send.defined() ? std::vector<at::Tensor>{send} : std::vector<at::Tensor>{});
+  return enqueue(
+      c10d::OpType::SCATTER, outputs,
+      [&] {
+        check(loomScatter(send.defined() ? send.data_ptr() : nullptr, out.data_ptr(), bytes(out),
+                          loomUint8, root, comm_, nullptr),
+              "loomScatter");
+      },
+      nullptr, send.defined() ? std::vector<at::Tensor>{send} : std::vector<at::Tensor>{});
 }
 
 WorkPtr LoomBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -350,11 +360,13 @@ WorkPtr LoomBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
   checkTensor(output, "output");
   checkSame(output, input, "input", output.numel() * getSize());
   const loomRedOp_t op = redOp(opts.reduceOp, output);
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] {
-    check(loomReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), reduceType(output),
-                            op, comm_, nullptr),
-          "loomReduceScatter");
-  }, nullptr, {input});
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+                 [&] {
+                   check(loomReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
+                                           reduceType(output), op, comm_, nullptr),
+                         "loomReduceScatter");
+                 },
+                 nullptr, {input});
 }
 
 WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -374,14 +386,17 @@ WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
     flats.push_back(flatten(inputs[i]));
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
   }
-  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
-    grouped([&] {
-      for (size_t i = 0; i < outputs.size(); ++i)
-        check(loomReduceScatter(flats[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
-                                reduceType(outputs[i]), ops[i], comm_, nullptr),
-              "loomReduceScatter");
-    });
-  }, nullptr, flats);
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER, outputs,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < outputs.size(); ++i)
+            check(loomReduceScatter(flats[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
+                                    reduceType(outputs[i]), ops[i], comm_, nullptr),
+                  "loomReduceScatter");
+        });
+      },
+      nullptr, flats);
 }
 
 WorkPtr LoomBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -395,14 +410,17 @@ WorkPtr LoomBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& ou
     checkSame(outputs[i], inputs[i], nth("inputs", i), outputs[i].numel() * getSize());
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
   }
-  return enqueue(c10d::OpType::COALESCED, outputs, [&] {
-    grouped([&] {
-      for (size_t i = 0; i < outputs.size(); ++i)
-        check(loomReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
-                                reduceType(outputs[i]), ops[i], comm_, nullptr),
-              "loomReduceScatter");
-    });
-  }, nullptr, inputs);
+  return enqueue(
+      c10d::OpType::COALESCED, outputs,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < outputs.size(); ++i)
+            check(loomReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
+                                    reduceType(outputs[i]), ops[i], comm_, nullptr),
+                  "loomReduceScatter");
+        });
+      },
+      nullptr, inputs);
 }
 
 namespace {
@@ -445,20 +463,24 @@ WorkPtr LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
     if (input.numel() != output.numel() || input.numel() % n)
       fail("output: " + std::to_string(output.numel()) + " elements for an input of " +
            std::to_string(input.numel()) + " in " + std::to_string(n) + " equal blocks");
-    return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
-      check(loomAllToAll(input.data_ptr(), output.data_ptr(), bytes(input) / n, loomUint8, comm_,
-                         nullptr),
-            "loomAllToAll");
-    }, nullptr, {input});
+    return enqueue(c10d::OpType::ALLTOALL_BASE, {output},
+                   [&] {
+                     check(loomAllToAll(input.data_ptr(), output.data_ptr(), bytes(input) / n,
+                                        loomUint8, comm_, nullptr),
+                           "loomAllToAll");
+                   },
+                   nullptr, {input});
   }
   std::vector<size_t> sc, sd, rc, rd;
   blocksOf(input, inputSplits, n, "input", sc, sd);
   blocksOf(output, outputSplits, n, "output", rc, rd);
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
-    check(loomAllToAllv(input.data_ptr(), sc.data(), sd.data(), output.data_ptr(), rc.data(),
-                        rd.data(), loomUint8, comm_, nullptr),
-          "loomAllToAllv");
-  }, nullptr, {input});
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {output},
+                 [&] {
+                   check(loomAllToAllv(input.data_ptr(), sc.data(), sd.data(), output.data_ptr(),
+                                       rc.data(), rd.data(), loomUint8, comm_, nullptr),
+                         "loomAllToAllv");
+                 },
+                 nullptr, {input});
 }
 
 WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,

@@ -24,15 +24,23 @@ inline void check(loomResult_t r, const char* call) {
 // operations).
 inline loomDataType_t reduceType(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return loomFloat32;
-    case at::kDouble: return loomFloat64;
-    case at::kHalf: return loomFloat16;
-    case at::kBFloat16: return loomBfloat16;
-    case at::kChar: return loomInt8;
+    case at::kFloat:
+      return loomFloat32;
+    case at::kDouble:
+      return loomFloat64;
+    case at::kHalf:
+      return loomFloat16;
+    case at::kBFloat16:
+      return loomBfloat16;
+    case at::kChar:
+      return loomInt8;
     case at::kByte:
-    case at::kBool: return loomUint8;
-    case at::kInt: return loomInt32;
-    case at::kLong: return loomInt64;
+    case at::kBool:
+      return loomUint8;
+    case at::kInt:
+      return loomInt32;
+    case at::kLong:
+      return loomInt64;
     default:
       fail(std::string("tensor: ") + c10::toString(t.scalar_type()) +
            " cannot be reduced by the loom backend");

@@ -61,8 +61,8 @@ Status checkOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
   if (v < 0 || idx >= comm.userOps().size() || !comm.userOps()[idx])
     return LOOM_ERROR(loomInvalidArgument, "op: unknown reduction operation " + str(v));
   if (comm.userOps()[idx]->dtype != dt)
-    return LOOM_ERROR(loomInvalidArgument, "op: PreMulSum operation " + str(v) +
-                                               " was made for another datatype");
+    return LOOM_ERROR(loomInvalidArgument,
+                      "op: PreMulSum operation " + str(v) + " was made for another datatype");
   return Status::ok();
 }
 
@@ -79,8 +79,8 @@ Status checkCount(size_t count, size_t multiple, loomDataType_t dt, const char* 
 
 Status checkBuf(const void* p, size_t count, const char* arg) {
   if (p == nullptr && count > 0)
-    return LOOM_ERROR(loomInvalidArgument, std::string(arg) + ": NULL with count " +
-                                               std::to_string(count) + " > 0");
+    return LOOM_ERROR(loomInvalidArgument,
+                      std::string(arg) + ": NULL with count " + std::to_string(count) + " > 0");
   return Status::ok();
 }
 
@@ -244,8 +244,9 @@ Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
     if (h == nullptr || registry().count(h) == 0)
       return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
     if (!h->worker)
-      return LOOM_ERROR(loomInvalidUsage, "comm: a blocking communicator has no tickets (its "
-                                          "calls finish before they return)");
+      return LOOM_ERROR(loomInvalidUsage,
+                        "comm: a blocking communicator has no tickets (its "
+                        "calls finish before they return)");
     const uint64_t last = h->worker->lastTicket();
     if (ticket == 0 || ticket > last)
       return LOOM_ERROR(loomInvalidArgument, "ticket: " + str(static_cast<long long>(ticket)) +
@@ -257,7 +258,6 @@ Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
   const int64_t ms = timeoutMs >= 0 ? timeoutMs : h->timeoutMs;
   return w->wait(ticket, nowNs() + ms * 1000000, timeoutMs < 0);
 }
-
 
 Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr) return LOOM_ERROR(loomInvalidArgument, "comms: NULL");
@@ -318,8 +318,8 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   std::vector<loomUniqueId> ids(static_cast<size_t>(n));
   LOOM_CHECK(comm->bootstrap().allGather(&id, ids.data(), sizeof(loomUniqueId)));
   if (members.empty()) return Status::ok();
-  int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank()) -
-                                 members.begin());
+  int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), comm->rank()) - members.begin());
   return initComm(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])],
                   newRank, opts);
 }
@@ -464,8 +464,8 @@ Status exchange(loomComm* h, loomDataType_t dt, loomStream_t stream, const void*
                                 b.count, dt, b.peer, h, stream));
     for (const Block& b : recvs)
       if (b.count > 0)
-        LOOM_CHECK(pointToPoint(Call::Recv, static_cast<char*>(recvbuff) + b.offset * es,
-                                b.count, dt, b.peer, h, stream));
+        LOOM_CHECK(pointToPoint(Call::Recv, static_cast<char*>(recvbuff) + b.offset * es, b.count,
+                                dt, b.peer, h, stream));
     return Status::ok();
   });
 }
@@ -497,22 +497,22 @@ Status blocksOf(const size_t* counts, const size_t* displs, int n, loomDataType_
 }
 
 Status allToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
-                 void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
-                 loomDataType_t dt, loomComm* h, loomStream_t stream) {
+                 void* recvbuff, const size_t* recvcounts, const size_t* rdispls, loomDataType_t dt,
+                 loomComm* h, loomStream_t stream) {
   using namespace loom::api;
   LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
   const int n = comm->nranks(), me = comm->rank();
   std::vector<Block> sends, recvs;
-  LOOM_CHECK(blocksOf(sendcounts, sdispls, n, dt, sendbuff, "sendcounts", "sdispls", "sendbuff",
-                      &sends));
-  LOOM_CHECK(blocksOf(recvcounts, rdispls, n, dt, recvbuff, "recvcounts", "rdispls", "recvbuff",
-                      &recvs));
+  LOOM_CHECK(
+      blocksOf(sendcounts, sdispls, n, dt, sendbuff, "sendcounts", "sdispls", "sendbuff", &sends));
+  LOOM_CHECK(
+      blocksOf(recvcounts, rdispls, n, dt, recvbuff, "recvcounts", "rdispls", "recvbuff", &recvs));
   if (recvcounts[me] != sendcounts[me])
-    return LOOM_ERROR(loomInvalidArgument,
-                      "recvcounts[" + std::to_string(me) + "]: " + std::to_string(recvcounts[me]) +
-                          " elements, but this rank sends itself " +
-                          std::to_string(sendcounts[me]) + " (sendcounts[" +
-                          std::to_string(me) + "])");
+    return LOOM_ERROR(loomInvalidArgument, "recvcounts[" + std::to_string(me) +
+                                               "]: " + std::to_string(recvcounts[me]) +
+                                               " elements, but this rank sends itself " +
+                                               std::to_string(sendcounts[me]) + " (sendcounts[" +
+                                               std::to_string(me) + "])");
   return exchange(h, dt, stream, sendbuff, sends, recvbuff, recvs);
 }
 
@@ -637,16 +637,26 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
 
 const char* loomGetErrorString(loomResult_t result) {
   switch (result) {
-    case loomSuccess: return "no error";
-    case loomUnhandledCudaError: return "unhandled cuda error (run with LOOM_DEBUG=INFO for details)";
-    case loomSystemError: return "unhandled system error (run with LOOM_DEBUG=INFO for details)";
-    case loomInternalError: return "internal error - please report this issue to the Loom developers";
-    case loomInvalidArgument: return "invalid argument (loomGetLastError names the argument)";
-    case loomInvalidUsage: return "invalid usage (loomGetLastError says why)";
-    case loomRemoteError: return "remote process exited or there was a network error";
-    case loomInProgress: return "operation in progress";
-    case loomTimeout: return "operation timed out";
-    default: return "unknown result code";
+    case loomSuccess:
+      return "no error";
+    case loomUnhandledCudaError:
+      return "unhandled cuda error (run with LOOM_DEBUG=INFO for details)";
+    case loomSystemError:
+      return "unhandled system error (run with LOOM_DEBUG=INFO for details)";
+    case loomInternalError:
+      return "internal error - please report this issue to the Loom developers";
+    case loomInvalidArgument:
+      return "invalid argument (loomGetLastError names the argument)";
+    case loomInvalidUsage:
+      return "invalid usage (loomGetLastError says why)";
+    case loomRemoteError:
+      return "remote process exited or there was a network error";
+    case loomInProgress:
+      return "operation in progress";
+    case loomTimeout:
+      return "operation timed out";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -669,8 +679,8 @@ loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataTyp
     size_t idx = 0;
     while (idx < ops.size() && ops[idx]) ++idx;
     if (idx == ops.size()) ops.emplace_back();
-    ops[idx] = std::make_unique<loom::kernels::Reducer>(
-        loom::kernels::makePreMulSum(datatype, scalar));
+    ops[idx] =
+        std::make_unique<loom::kernels::Reducer>(loom::kernels::makePreMulSum(datatype, scalar));
     *op = static_cast<loomRedOp_t>(loomNumOps + static_cast<int>(idx));
     return Status::ok();
   });
@@ -732,8 +742,7 @@ loomResult_t loomCommDumpTrace(loomComm_t comm, const char* path) {
   });
 }
 
-loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* stats,
-                                         int nstats) {
+loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* stats, int nstats) {
   return guard("loomCommGetStragglerSummary", [&]() -> Status {
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));
     if (stats == nullptr) return LOOM_ERROR(loomInvalidArgument, "stats: NULL");
@@ -760,7 +769,8 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream) {
   return guard("loomAllReduce", [&] {
-    return collective(algo::Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, comm, stream);
+    return collective(algo::Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, comm,
+                      stream);
   });
 }
 
@@ -773,11 +783,11 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   });
 }
 
-loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream) {
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
   return guard("loomReduce", [&] {
-    return collective(algo::Coll::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+    return collective(algo::Coll::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm,
+                      stream);
   });
 }
 
@@ -801,8 +811,8 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   return guard("loomAllToAll", [&] {
-    return collective(algo::Coll::AllToAll, sendbuff, recvbuff, count, datatype, loomSum, -1,
-                      comm, stream);
+    return collective(algo::Coll::AllToAll, sendbuff, recvbuff, count, datatype, loomSum, -1, comm,
+                      stream);
   });
 }
 
@@ -831,14 +841,16 @@ loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
-  return guard("loomSend",
-               [&] { return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm, stream); });
+  return guard("loomSend", [&] {
+    return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm, stream);
+  });
 }
 
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
-  return guard("loomRecv",
-               [&] { return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream); });
+  return guard("loomRecv", [&] {
+    return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream);
+  });
 }
 
 loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream) {

@@ -20,7 +20,7 @@ struct loomComm {
   std::unique_ptr<loom::Comm> impl;
   std::unique_ptr<loom::api::AsyncWorker> worker;  // non-blocking communicators only
   std::atomic<bool> abortRequested{false};         // loomCommAbort, seen by a running init
-  uint32_t shrinks = 0;  // loomCommShrink calls so far: each derives a different id
+  uint32_t shrinks = 0;   // loomCommShrink calls so far: each derives a different id
   int64_t timeoutMs = 0;  // the communicator's timeout (loomCommWaitTicket's default)
 };
 

@@ -122,8 +122,9 @@ void AsyncWorker::close(bool drop) {
   stopping_ = true;
   if (drop) {
     for (const Task& t : queue_)
-      failed_[t.ticket] = LOOM_ERROR(loomRemoteError, "operation dropped: the communicator was "
-                                                      "aborted before it ran");
+      failed_[t.ticket] = LOOM_ERROR(loomRemoteError,
+                                     "operation dropped: the communicator was "
+                                     "aborted before it ran");
     queue_.clear();
     if (!running_) advanceDone();
   }

@@ -57,7 +57,9 @@ Status measure(Comm& comm, int peer, bool pinger, algo::Link link, std::string* 
   char line[96];
   std::snprintf(line, sizeof(line), "%s %.3f %.3f\n", algo::linkName(link), fit.alpha_us, gbps);
   *table += line;
-  LOOM_INFO(kTune, "calibrated %s with rank %d: %.3f us + %.3f GB/s (one-way: %.2f us at %zu B, %.2f us at %zu B)",
+  LOOM_INFO(kTune,
+            "calibrated %s with rank %d: %.3f us + %.3f GB/s (one-way: %.2f us at %zu B, %.2f us "
+            "at %zu B)",
             algo::linkName(link), peer, fit.alpha_us, gbps, samples.front().us, kSizes[0],
             samples.back().us, kSizes[std::size(kSizes) - 1]);
   return Status::ok();

@@ -195,11 +195,10 @@ Status setupIpc(Comm& comm, DeviceState& st) {
     return Status::ok();
   for (int r = 0; r < comm.nranks(); ++r)
     if (comm.peer(r).host != comm.peer(comm.rank()).host) return Status::ok();
-  LOOM_ASSIGN(st.ipc,
-              transport::cuda_ipc::IpcAllReduce::create(
-                  comm.rank(), comm.nranks(),
-                  static_cast<size_t>(std::max<int64_t>(env::cudaIpcBytes(), 1 << 20)),
-                  allGatherOf(comm)));
+  LOOM_ASSIGN(st.ipc, transport::cuda_ipc::IpcAllReduce::create(
+                          comm.rank(), comm.nranks(),
+                          static_cast<size_t>(std::max<int64_t>(env::cudaIpcBytes(), 1 << 20)),
+                          allGatherOf(comm)));
   if (!st.ipc) LOOM_INFO(kTransport, "cuda_ipc not available: all-reduce stages through the host");
   return Status::ok();
 }

@@ -7,7 +7,9 @@
 // communicators (loomCommInitAll's ranks) run on one thread each, so one
 // thread can drive every rank of the process.
 #include <algorithm>
+#include <cstdio>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -19,9 +21,6 @@
 #include "util/env.h"
 #include "util/log.h"
 #include "util/wait.h"
-
-#include <cstdio>
-#include <mutex>
 
 namespace loom::api {
 namespace {
@@ -37,9 +36,12 @@ bool isInPlace(const Comm& comm, const Call& c, size_t esize) {
   const char* r = static_cast<const char*>(c.recvbuff);
   const size_t rk = static_cast<size_t>(comm.rank());
   switch (c.coll) {
-    case algo::Coll::AllGather: return s == r + rk * c.count * esize;
-    case algo::Coll::ReduceScatter: return r == s + rk * c.count * esize;
-    default: return s == r;
+    case algo::Coll::AllGather:
+      return s == r + rk * c.count * esize;
+    case algo::Coll::ReduceScatter:
+      return r == s + rk * c.count * esize;
+    default:
+      return s == r;
   }
 }
 
@@ -62,7 +64,8 @@ void dumpSchedule(const algo::Schedule& s) {
 // (small messages), hier (ranks on more than one host), chain (broadcast, reduce) and direct
 // all-to-all. LOOM_ALGO narrows the candidates (algo::parseSelection); among
 // several, the cost model's prediction for this communicator's host layout
-// decides. Decisions are cached per layout (hosts and ring order), collective and power-of-two size.
+// decides. Decisions are cached per layout (hosts and ring order), collective and power-of-two
+// size.
 
 const algo::Selection& selectionFrom(const std::string& text, const char* variable,
                                      const std::vector<std::string>& names) {
@@ -105,8 +108,8 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
                       const std::vector<int>& hostOf) {
   using algo::Algo;
   const int ci = static_cast<int>(coll);
-  const std::vector<Algo> cands = algo::tunerCandidates(coll, count * elemSize, comm.hasDirect(),
-                                                        hostOf, algoSelection());
+  const std::vector<Algo> cands =
+      algo::tunerCandidates(coll, count * elemSize, comm.hasDirect(), hostOf, algoSelection());
   if (cands.size() == 1) return cands[0];
   if (cands[0] == Algo::Direct) return Algo::Direct;  // the fastest on one host
   const size_t bytes = count * elemSize;
@@ -114,9 +117,14 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   while (bucket < 63 && (size_t{1} << bucket) < bytes) ++bucket;
   using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>,
                          std::vector<int>, std::string>;
-  const Key key{ci, bucket, elemSize, cands,
-                (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0), hostOf,
-                comm.ringOrder(), comm.costTable()};
+  const Key key{ci,
+                bucket,
+                elemSize,
+                cands,
+                (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0),
+                hostOf,
+                comm.ringOrder(),
+                comm.costTable()};
   static std::mutex m;
   static std::map<Key, Algo> cache;
   {
@@ -131,7 +139,8 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
   links.inter = comm.netLink();
   if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
-    model.links[static_cast<int>(algo::Link::Net)].beta_us_per_byte = 1.0 / (comm.netGbps() / 8 * 1e3);
+    model.links[static_cast<int>(algo::Link::Net)].beta_us_per_byte =
+        1.0 / (comm.netGbps() / 8 * 1e3);
   // Measured at start-up (checked when installed), over everything else.
   if (!comm.costTable().empty())
     (void)algo::applyCostTable(comm.costTable(), "the start-up calibration", &model);
@@ -179,7 +188,7 @@ Status runCollective(Comm& comm, const Call& c) {
   trace::FlightRecorder& rec = comm.recorder();
   startOp(comm, c, op, c.count, c.dtype, c.op, c.root);
   Status s;
-  int64_t doneNs = 0;  // the path's own reading of the end time, if it took one
+  int64_t doneNs = 0;      // the path's own reading of the end time, if it took one
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text
   const std::vector<int>& hostOf = comm.hostLayout();
   // Direct all-reduce is the fastest on one host: taken without pricing when allowed.
@@ -194,11 +203,9 @@ Status runCollective(Comm& comm, const Call& c) {
                             : same ? plan.algo
                                    : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
   if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
-    static const bool llAllowed =
-        protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
+    static const bool llAllowed = protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
     const exec::DirectForm form =
-        exec::directForm(c.count * op.elemSize, comm.nranks(), llAllowed,
-                          exec::llMaxBytes(comm));
+        exec::directForm(c.count * op.elemSize, comm.nranks(), llAllowed, exec::llMaxBytes(comm));
     if (op.record != nullptr) {
       op.record->algorithm = "direct";
       op.record->channels = 1;
@@ -236,8 +243,8 @@ Status runCollective(Comm& comm, const Call& c) {
 Status runLocked(Comm& comm, const std::vector<Call>& calls) {
   Status prior = comm.asyncError();
   if (!prior.isOk())
-    return Status(prior.code(), comm.describe() + ": communicator failed earlier: " +
-                                    prior.message());
+    return Status(prior.code(),
+                  comm.describe() + ": communicator failed earlier: " + prior.message());
   std::vector<exec::P2POp> p2p;
   const Call* firstP2P = nullptr;
   for (const Call& c : calls) {
@@ -430,8 +437,7 @@ extern "C" loomResult_t loomGroupStart(void) {
 extern "C" loomResult_t loomGroupEnd(void) {
   return guard("loomGroupEnd", [] {
     auto& g = loom::api::tGroup;
-    if (g.depth == 0)
-      return LOOM_ERROR(loomInvalidUsage, "no matching loomGroupStart");
+    if (g.depth == 0) return LOOM_ERROR(loomInvalidUsage, "no matching loomGroupStart");
     return loom::api::endGroupLevel();
   });
 }

@@ -34,33 +34,31 @@ Status shrink(loomComm* h, const int* exclude, int count, loomComm_t* newcomm,
     return LOOM_ERROR(loomInvalidArgument,
                       "excludeRanksCount: " + std::to_string(count) + " is negative");
   if (count > 0 && exclude == nullptr)
-    return LOOM_ERROR(loomInvalidArgument, "excludeRanksList: NULL with excludeRanksCount " +
-                                               std::to_string(count));
+    return LOOM_ERROR(loomInvalidArgument,
+                      "excludeRanksList: NULL with excludeRanksCount " + std::to_string(count));
   const int n = comm->nranks(), me = comm->rank();
   std::vector<char> excluded(static_cast<size_t>(n), 0);
   for (int i = 0; i < count; ++i) {
     const int x = exclude[i];
     if (x < 0 || x >= n)
-      return LOOM_ERROR(loomInvalidArgument, "excludeRanksList[" + std::to_string(i) + "]: " +
-                                                 std::to_string(x) + " is outside [0, " +
+      return LOOM_ERROR(loomInvalidArgument, "excludeRanksList[" + std::to_string(i) +
+                                                 "]: " + std::to_string(x) + " is outside [0, " +
                                                  std::to_string(n) + ")");
     excluded[static_cast<size_t>(x)] = 1;
   }
   if (excluded[static_cast<size_t>(me)])
-    return LOOM_ERROR(loomInvalidUsage, "excludeRanksList: names this rank (" +
-                                            std::to_string(me) +
+    return LOOM_ERROR(loomInvalidUsage, "excludeRanksList: names this rank (" + std::to_string(me) +
                                             "); excluded ranks must not call loomCommShrink");
   LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
   if (config == nullptr) opts = comm->options();
   if (flags == LOOM_SHRINK_ABORT) {
     comm->abort();
-  } else if (h->worker &&
-             !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000)) {
+  } else if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000)) {
     return LOOM_ERROR(loomTimeout, "comm: queued operations did not finish within the timeout");
   }
   int leader = -1, newRank = 0, stay = 0;
-  std::string text = "loomCommShrink\n" + comm->bootstrap().secret() + "\n" +
-                     std::to_string(++h->shrinks) + "\n";
+  std::string text =
+      "loomCommShrink\n" + comm->bootstrap().secret() + "\n" + std::to_string(++h->shrinks) + "\n";
   for (int r = 0; r < n; ++r) {
     if (excluded[static_cast<size_t>(r)]) {
       text += std::to_string(r) + ",";

@@ -191,8 +191,8 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   }
   LOOM_ASSIGN(auth::Nonce nonce, auth::freshNonce());
   const std::string fields = rootFields(rank_, nranks_, ringAddr_, info);
-  LOOM_ASSIGN(std::string hello, helloFrame(kHelloMagic, kRootContext, id_.secret, rootNonce,
-                                            nonce, fields, fields));
+  LOOM_ASSIGN(std::string hello,
+              helloFrame(kHelloMagic, kRootContext, id_.secret, rootNonce, nonce, fields, fields));
   LOOM_CHECK(await(
       root, [&](Done d) { asio::async_write(root, asio::buffer(hello), d); }, lim,
       [&] { return "sending its hello to " + where; }, &ec));
@@ -390,16 +390,15 @@ void Ring::acceptPrev(Linker& lk, const Limits& lim) {
           in->sock, asio::buffer(in->challenge), [this, &lk, in](const error_code& e, size_t) {
             if (lk.stopping || !in->open) return;
             if (e) return closeIncoming(in, "closed before its challenge was sent");
-            asio::async_read(in->sock, asio::buffer(in->hello),
-                             [this, &lk, in](const error_code& e2, size_t) {
-                               if (lk.stopping || !in->open) return;
-                               if (e2) {
-                                 return closeIncoming(in, peerClosed(e2)
-                                                              ? "closed before a complete hello"
-                                                              : e2.message());
-                               }
-                               onRingHello(lk, in);
-                             });
+            asio::async_read(
+                in->sock, asio::buffer(in->hello), [this, &lk, in](const error_code& e2, size_t) {
+                  if (lk.stopping || !in->open) return;
+                  if (e2) {
+                    return closeIncoming(
+                        in, peerClosed(e2) ? "closed before a complete hello" : e2.message());
+                  }
+                  onRingHello(lk, in);
+                });
           });
     }
     acceptPrev(lk, lim);
@@ -439,18 +438,19 @@ void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
   in->timer.cancel();
   lk.prevClaimed = true;
   in->answer = frame32(kRingAckMagic, mine.value().data());
-  asio::async_write(in->sock, asio::buffer(in->answer), [this, &lk, in](const error_code& e, size_t) {
-    if (lk.stopping || !in->open) return;
-    if (e) {
-      lk.failure = peerError(prev(), e, "linking the ring");
-      return;
-    }
-    in->open = false;
-    prev_ = std::move(in->sock);
-    error_code ignored;
-    prev_.set_option(tcp::no_delay(true), ignored);
-    lk.prevDone = true;
-  });
+  asio::async_write(in->sock, asio::buffer(in->answer),
+                    [this, &lk, in](const error_code& e, size_t) {
+                      if (lk.stopping || !in->open) return;
+                      if (e) {
+                        lk.failure = peerError(prev(), e, "linking the ring");
+                        return;
+                      }
+                      in->open = false;
+                      prev_ = std::move(in->sock);
+                      error_code ignored;
+                      prev_.set_option(tcp::no_delay(true), ignored);
+                      lk.prevDone = true;
+                    });
 }
 
 Status Ring::linkRing(const Limits& lim) {

@@ -177,7 +177,8 @@ Status Root::run(int listenFd) {
     std::string why =
         s.code() == loomTimeout
             ? "gave up after " + msString(Clock::now() - lim_.start) + " with " + progress()
-            : "stopped with " + progress() + ": rank 0, which hosts it, stopped waiting (see its error)";
+            : "stopped with " + progress() +
+                  ": rank 0, which hosts it, stopped waiting (see its error)";
     LOOM_WARN(kBootstrap, "rendezvous root at %s: %s", where_.c_str(), why.c_str());
     for (const ConnPtr& c : byRank_)
       if (c && c->open)
@@ -334,8 +335,9 @@ std::string Root::check(const Conn& c, loomResult_t* code) const {
 
 void Root::onInfo(const ConnPtr& c) {
   if (!authenticate(*c)) {
-    return drop(c, "its MAC does not match (a rank of another communicator, a stranger, or a "
-                   "replayed hello)");
+    return drop(c,
+                "its MAC does not match (a rank of another communicator, a stranger, or a "
+                "replayed hello)");
   }
   loomResult_t code = loomSuccess;
   std::string why = check(*c, &code);
@@ -484,8 +486,7 @@ Status makeUniqueIdFor(const std::string& hostPort, const char* varName, loomUni
   c.secret = deriveSecret(secretText.empty() ? "LOOM_COMM_ID=" + hostPort : secretText);
   c.rootOnRank0 = true;
   encodeUniqueId(c, out);
-  LOOM_INFO(kBootstrap, "unique id names %s=%s; rank 0 hosts the root", varName,
-            hostPort.c_str());
+  LOOM_INFO(kBootstrap, "unique id names %s=%s; rank 0 hosts the root", varName, hostPort.c_str());
   return Status::ok();
 }
 

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -37,8 +37,13 @@ std::string PeerInfo::encode() const {
   char ip[INET_ADDRSTRLEN] = "";
   inet_ntop(AF_INET, &tcpAddr.sin_addr, ip, sizeof(ip));
   std::ostringstream o;
-  o << host << '\n' << pid << '\n' << ip << '\n' << ntohs(tcpAddr.sin_port) << '\n' << cudaDev << '\n'
-    << (ib ? 1 : 0) << '\n' << cpus::formatMask(cpuMask);
+  o << host << '\n'
+    << pid << '\n'
+    << ip << '\n'
+    << ntohs(tcpAddr.sin_port) << '\n'
+    << cudaDev << '\n'
+    << (ib ? 1 : 0) << '\n'
+    << cpus::formatMask(cpuMask);
   return o.str();
 }
 
@@ -94,15 +99,15 @@ Status sendSmall(transport::Connection* c, const void* p, size_t n, int64_t dead
       break;
     }
     if (nowNs() > deadline)
-      return LOOM_ERROR(loomTimeout, "clock sync: timed out sending to rank " +
-                                         std::to_string(c->peer()));
+      return LOOM_ERROR(loomTimeout,
+                        "clock sync: timed out sending to rank " + std::to_string(c->peer()));
     c->wait(true, 1000);
   }
   while (!c->flushed()) {
     LOOM_CHECK(c->progress());
     if (nowNs() > deadline)
-      return LOOM_ERROR(loomTimeout, "clock sync: timed out sending to rank " +
-                                         std::to_string(c->peer()));
+      return LOOM_ERROR(loomTimeout,
+                        "clock sync: timed out sending to rank " + std::to_string(c->peer()));
     c->wait(true, 1000);
   }
   return Status::ok();
@@ -122,8 +127,8 @@ Status recvSmall(transport::Connection* c, void* p, size_t n, int64_t deadline) 
     }
     LOOM_CHECK(c->checkRecv());
     if (nowNs() > deadline)
-      return LOOM_ERROR(loomTimeout, "clock sync: timed out waiting for rank " +
-                                         std::to_string(c->peer()));
+      return LOOM_ERROR(loomTimeout,
+                        "clock sync: timed out waiting for rank " + std::to_string(c->peer()));
     c->wait(false, 1000);
   }
 }
@@ -188,8 +193,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   const size_t slotBytes = static_cast<size_t>(std::max<int64_t>(4096, env::slotBytes()));
   // Rings need two slots per link: a recv-reduce-send holds the incoming slot
   // while it waits for an outgoing one (the verifier proves depth 1 deadlocks).
-  const size_t depth = static_cast<size_t>(
-      std::clamp<int64_t>(env::fifoDepth(), 2, static_cast<int64_t>(16)));
+  const size_t depth =
+      static_cast<size_t>(std::clamp<int64_t>(env::fifoDepth(), 2, static_cast<int64_t>(16)));
 
   LOOM_ASSIGN(std::string ip, net::localAddress());
   LOOM_ASSIGN(c->listener_, transport::TcpListener::open(ip));
@@ -261,10 +266,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     // rank (4 ranks on 2 cores, medians of 8 alternating runs, against 16: 128 KiB +10%, 512
     // KiB +4%, 2 MiB +6%, 8 B 2.40 -> 2.28 us); more ranks a core, whose yields go round
     // them all: 16 (16 ranks on 2 cores, 512 KiB: 200 yields 13% slower).
-    c->yieldCount_ = env::yieldCount() >= 0 ? static_cast<uint64_t>(env::yieldCount())
-                     : !outnumbered           ? 1000
-                     : c->ranksPerCore_ == 2  ? 200
-                                              : 16;
+    c->yieldCount_ = env::yieldCount() >= 0  ? static_cast<uint64_t>(env::yieldCount())
+                     : !outnumbered          ? 1000
+                     : c->ranksPerCore_ == 2 ? 200
+                                             : 16;
   }
   // Direct buffers when every rank shares this host (the direct all-reduce).
   const size_t directBytes =
@@ -281,9 +286,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   const size_t tcpPeers = remote.size();
   // Every ib peer also gets an idle TCP link, whose closing tells that its process is gone.
   for (int r : ibPeers) remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr, true});
-  LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_,
-                                              c->bootstrap_->secret(), c->bootstrap_->commHash(),
-                                              slotBytes, depth, deadline, abortFlag));
+  LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_, c->bootstrap_->secret(),
+                                              c->bootstrap_->commHash(), slotBytes, depth, deadline,
+                                              abortFlag));
   std::vector<std::unique_ptr<transport::Connection>> watches(static_cast<size_t>(nranks));
   for (auto& conn : tcp) {
     const int r = conn->peer();
@@ -313,8 +318,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   }
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
-            c->describe().c_str(), local.size() - 1, ibPeers.size(), tcpPeers, slotBytes,
-            depth);
+            c->describe().c_str(), local.size() - 1, ibPeers.size(), tcpPeers, slotBytes, depth);
   return c;
 }
 
@@ -377,9 +381,9 @@ size_t pickIbPort(const std::vector<transport::ib::PortChoice>& ports, int cudaD
   std::string why;
   const transport::ib::CudaDriver* cuda = transport::ib::CudaDriver::get(&why);
   const std::string gpu = cuda != nullptr ? cuda->busId(cudaDev) : "";
-  Result<std::string> blob = gpu.empty() ? Result<std::string>(LOOM_ERROR(
-                                               loomInternalError, "no PCI bus id: " + why))
-                                         : localHostBlob();
+  Result<std::string> blob =
+      gpu.empty() ? Result<std::string>(LOOM_ERROR(loomInternalError, "no PCI bus id: " + why))
+                  : localHostBlob();
   Result<topo::System> sys = blob.isOk() ? topo::loadTopologyString(blob.value(), "this host")
                                          : Result<topo::System>(blob.status());
   if (!sys.isOk()) {
@@ -523,8 +527,8 @@ Status Comm::checkPeerAlive(int r) const {
     alive = state != 'Z' && state != 'X';
   }
   if (alive) return Status::ok();
-  return LOOM_ERROR(loomRemoteError,
-                    "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) + ") has exited");
+  return LOOM_ERROR(loomRemoteError, "rank " + std::to_string(r) + " (pid " +
+                                         std::to_string(p.pid) + ") has exited");
 }
 
 Status Comm::dumpTrace(const std::string& path, const std::string& reason) {
@@ -534,8 +538,7 @@ Status Comm::dumpTrace(const std::string& path, const std::string& reason) {
       return LOOM_ERROR(loomInvalidArgument, "path: NULL and LOOM_TRACE_DIR is not set");
     char name[96];
     std::snprintf(name, sizeof(name), "/loom-trace-%016llx-rank%d.json",
-                  static_cast<unsigned long long>(bootstrap_ ? bootstrap_->commHash() : 0),
-                  rank_);
+                  static_cast<unsigned long long>(bootstrap_ ? bootstrap_->commHash() : 0), rank_);
     p = env::traceDir() + name;
   }
   return recorder_->dump(p, options_.name, bootstrap_ ? bootstrap_->commHash() : 0, reason);
@@ -557,7 +560,7 @@ void Comm::pollDumpRequest() {
 void Comm::publishCompleted(uint64_t seq) {
   if (hasDirect())
     shm_->direct[static_cast<size_t>(rank_)].header()->lastSeq.store(seq,
-                                                                    std::memory_order_relaxed);
+                                                                     std::memory_order_relaxed);
 }
 
 uint64_t Comm::peerLastSeq(int r) const {

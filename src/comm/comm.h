@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "algorithms/cost.h"
-#include "algorithms/schedule.h"
 #include "algorithms/kernels/cpu/reduce.h"
+#include "algorithms/schedule.h"
 #include "bootstrap/bootstrap.h"
 #include "loom/loom.h"
 #include "trace/recorder.h"
@@ -44,7 +44,7 @@ struct PeerInfo {
   int pid = 0;
   sockaddr_in tcpAddr{};
   int cudaDev = -1;
-  bool ib = false;  // has an active RDMA port and may use the ib transport
+  bool ib = false;      // has an active RDMA port and may use the ib transport
   cpu_set_t cpuMask{};  // its affinity mask: the CPUs it may run on (sent as cpus::formatMask)
 
   std::string encode() const;
@@ -220,8 +220,8 @@ class Comm {
   static Result<bool> wantIb();
   // ib links to `peers` (none: nothing to do), their data exchanged over `watches`.
   Status connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
-                   std::vector<std::unique_ptr<transport::Connection>>* watches,
-                   int64_t deadline, const std::atomic<bool>* abortFlag);
+                   std::vector<std::unique_ptr<transport::Connection>>* watches, int64_t deadline,
+                   const std::atomic<bool>* abortFlag);
 
   int rank_ = 0;
   int nranks_ = 1;

@@ -46,13 +46,11 @@ Result<std::string> localHostBlob() {
   return blob;
 }
 
-Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& bootstrap,
-                                                         int rank,
+Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& bootstrap, int rank,
                                                          const std::vector<std::string>& hostOf) {
   const size_t n = hostOf.size();
   const std::string& mine = hostOf[static_cast<size_t>(rank)];
-  const bool describer =
-      std::find(hostOf.begin(), hostOf.end(), mine) - hostOf.begin() == rank;
+  const bool describer = std::find(hostOf.begin(), hostOf.end(), mine) - hostOf.begin() == rank;
   std::string blob;
   uint64_t size = 0;
   if (env::topoDisable()) {
@@ -74,8 +72,10 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& b
   uint64_t longest = 0;
   for (size_t r = 0; r < n; ++r) {
     if (sizes[r] == kNoTopology) {
-      LOOM_INFO(kTopo, "rank %zu has no topology (LOOM_TOPO_DISABLE or detection failed): "
-                       "no system graph", r);
+      LOOM_INFO(kTopo,
+                "rank %zu has no topology (LOOM_TOPO_DISABLE or detection failed): "
+                "no system graph",
+                r);
       return std::shared_ptr<const topo::System>();
     }
     longest = std::max(longest, sizes[r]);
@@ -98,9 +98,8 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& b
     return std::shared_ptr<const topo::System>();
   }
   auto sys = std::make_shared<const topo::System>(merged.take());
-  LOOM_INFO(kTopo, "system graph: %zu host(s), %zu GPU(s), %zu NIC port(s)",
-            sys->hosts().size(), sys->nodesOf(topo::NodeType::Gpu).size(),
-            sys->nodesOf(topo::NodeType::Net).size());
+  LOOM_INFO(kTopo, "system graph: %zu host(s), %zu GPU(s), %zu NIC port(s)", sys->hosts().size(),
+            sys->nodesOf(topo::NodeType::Gpu).size(), sys->nodesOf(topo::NodeType::Net).size());
   return sys;
 }
 

@@ -37,8 +37,7 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(Comm& comm);
 
 // hostOf[r] is rank r's host identity (PeerInfo::host); the strings decide which
 // ranks share a host.
-Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& bootstrap,
-                                                         int rank,
+Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& bootstrap, int rank,
                                                          const std::vector<std::string>& hostOf);
 
 // The communicator's ring order (Comm::ringOrder) from its graph: algo::commRingOrder, which

@@ -1,8 +1,7 @@
 // Built instead of topo_setup.cc when LOOM_TOPOLOGY=OFF: no system graph, as with
 // LOOM_TOPO_DISABLE=1 (the tuner does not need one).
-#include "comm/topo_setup.h"
-
 #include "algorithms/schedule.h"
+#include "comm/topo_setup.h"
 
 namespace loom {
 

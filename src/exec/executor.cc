@@ -13,7 +13,6 @@ namespace loom::exec {
 using algo::Step;
 using algo::StepOp;
 
-
 void Waiter::yieldCpu() { sched_yield(); }
 
 std::string Waiter::where() const {
@@ -78,8 +77,8 @@ void Waiter::block(transport::Connection* conn, bool forSend) {
 Status Waiter::flush() {
   for (transport::Connection* c : comm_.netConns()) {
     if (c->flushed()) continue;  // nothing left to write: no system call
-    LOOM_CHECK(until(c, true, [c] { return c->flushed(); },
-                     [] { return std::string("flushing sends"); }));
+    LOOM_CHECK(until(
+        c, true, [c] { return c->flushed(); }, [] { return std::string("flushing sends"); }));
   }
   return Status::ok();
 }
@@ -114,7 +113,7 @@ void ArrivalNews::stampIfNew(transport::Connection* c, int peer) {
 namespace {
 
 char* bufPtr(const OpArgs& op, const algo::BufRef& ref, size_t start) {
-  char* base = ref.buf == algo::Buf::Send   ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
+  char* base = ref.buf == algo::Buf::Send ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
                : ref.buf == algo::Buf::Recv ? static_cast<char*>(op.recvbuff)
                                             : op.scratch;
   return base + (ref.offset + start) * op.elemSize;
@@ -166,7 +165,7 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
       size_t slot = SIZE_MAX;
       if (st.recvPeer >= 0) slot = std::min(slot, comm.conn(st.recvPeer)->slotBytes());
       if (st.sendPeer >= 0) slot = std::min(slot, comm.conn(st.sendPeer)->slotBytes());
-      pieces[i] = st.count == 0 ? 0
+      pieces[i] = st.count == 0      ? 0
                   : slot == SIZE_MAX ? 1
                                      : algo::numPieces(st.count, op.elemSize, slot);
       rounds = std::max(rounds, pieces[i]);
@@ -190,8 +189,9 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
               !sendsOverlap(comm, dst, bytes) && rc->recvInto(dst, bytes))
             landing.conn = rc;
           size_t got = 0;
-          LOOM_CHECK(waiter.until(rc, false, [&] { return (in = rc->tryRecvSlot(&got)) != nullptr; },
-                                  [&] { return "receiving, " + stepText(st, i, steps.size(), p, pieces[i]); }));
+          LOOM_CHECK(waiter.until(
+              rc, false, [&] { return (in = rc->tryRecvSlot(&got)) != nullptr; },
+              [&] { return "receiving, " + stepText(st, i, steps.size(), p, pieces[i]); }));
           if (got != bytes)
             return LOOM_ERROR(loomInvalidUsage,
                               comm.describe() + ": " + op.name + " #" + std::to_string(op.seq) +
@@ -220,16 +220,20 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
           fromUser = ((st.op == StepOp::Send && !transforms(red, st.flags)) ||
                       st.op == StepOp::RecvReduceCopySend || st.op == StepOp::RecvCopySend) &&
                      sc->sendsFromUser(st.op == StepOp::Send ? src : dst, bytes);
-          LOOM_CHECK(waiter.until(sc, true, [&] { return (out = sc->trySendSlot()) != nullptr; },
-                                  [&] { return "sending, " + stepText(st, i, steps.size(), p, pieces[i]); }));
+          LOOM_CHECK(waiter.until(
+              sc, true, [&] { return (out = sc->trySendSlot()) != nullptr; },
+              [&] { return "sending, " + stepText(st, i, steps.size(), p, pieces[i]); }));
         }
         // Bytes still being sent from the user's buffers must not change under the socket.
         if (dst != nullptr)
           for (transport::Connection* c : comm.netConns())
             if (c->sendOverlaps(dst, bytes))
-              LOOM_CHECK(waiter.until(c, true, [&] { return !c->sendOverlaps(dst, bytes); },
-                                      [&] { return "sending from a buffer about to be written, " +
-                                                   stepText(st, i, steps.size(), p, pieces[i]); }));
+              LOOM_CHECK(waiter.until(
+                  c, true, [&] { return !c->sendOverlaps(dst, bytes); },
+                  [&] {
+                    return "sending from a buffer about to be written, " +
+                           stepText(st, i, steps.size(), p, pieces[i]);
+                  }));
         switch (st.op) {
           case StepOp::Send:
             if (transforms(red, st.flags))
@@ -276,8 +280,7 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
   LOOM_CHECK(waiter.flush());
   if (news != nullptr) {
     const transport::Stamp& k = news->known;
-    comm.recorder().noteExtremes(op.record, k.earliestRank, k.earliestNs, k.latestRank,
-                                 k.latestNs);
+    comm.recorder().noteExtremes(op.record, k.earliestRank, k.earliestNs, k.latestRank, k.latestNs);
   }
   return Status::ok();
 }

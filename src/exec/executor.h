@@ -38,7 +38,7 @@ struct OpArgs {
 // knows the earliest and the latest rank. Off (seq 0) when the recorder is.
 struct ArrivalNews {
   transport::Stamp known;
-  uint64_t version = 0;                         // bumps when `known` changes
+  uint64_t version = 0;                                        // bumps when `known` changes
   std::vector<std::pair<uint64_t, uint64_t>>* sent = nullptr;  // per peer: (seq, version) stamped
 
   // Starts the news of operation `seq` with this rank's own entry on rank 0's clock.

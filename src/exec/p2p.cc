@@ -33,10 +33,9 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op) {
   }
   // A rank's sends to itself are its receives from itself.
   if (selfSends.size() != selfRecvs.size())
-    return LOOM_ERROR(loomInvalidUsage, comm.describe() + ": group has " +
-                                            std::to_string(selfSends.size()) +
-                                            " sends to itself but " +
-                                            std::to_string(selfRecvs.size()) + " receives");
+    return LOOM_ERROR(loomInvalidUsage,
+                      comm.describe() + ": group has " + std::to_string(selfSends.size()) +
+                          " sends to itself but " + std::to_string(selfRecvs.size()) + " receives");
   for (size_t i = 0; i < selfSends.size(); ++i) {
     if (selfSends[i]->bytes != selfRecvs[i]->bytes)
       return LOOM_ERROR(loomInvalidUsage, comm.describe() +
@@ -93,8 +92,8 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op) {
         if (got != want)
           return LOOM_ERROR(loomInvalidUsage,
                             comm.describe() + ": " + op.name + " #" + std::to_string(op.seq) +
-                                ": rank " + std::to_string(peer) + " sent " +
-                                std::to_string(got) + " bytes where " + std::to_string(want) +
+                                ": rank " + std::to_string(peer) + " sent " + std::to_string(got) +
+                                " bytes where " + std::to_string(want) +
                                 " were expected; do loomSend and loomRecv counts match?");
         std::memcpy(cur.op->buf + cur.done, slot, got);
         c->releaseRecv();
@@ -120,8 +119,8 @@ Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op) {
     };
     transport::Connection* c = waitConn;
     LOOM_CHECK(waiter.until(c, waitForSend, anyReady, [&] {
-      return std::string(waitForSend ? "sending" : "receiving") +
-             ", grouped send/recv with rank " + std::to_string(c->peer());
+      return std::string(waitForSend ? "sending" : "receiving") + ", grouped send/recv with rank " +
+             std::to_string(c->peer());
     }));
   }
   return waiter.flush();

@@ -34,8 +34,8 @@ const void* const* firstInFront(std::vector<const char*>& src, size_t first) {
 
 // dst = post(src[first] (+) every other src, in index order), in one pass. dst may alias
 // src[first] but no other source. Reorders src.
-void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>& src,
-               size_t first, size_t len) {
+void reduceAll(const kernels::Reducer& red, char* dst, std::vector<const char*>& src, size_t first,
+               size_t len) {
   kernels::reduceMany(red, dst, firstInFront(src, first), src.size(), len, kernels::kPost);
 }
 
@@ -96,9 +96,12 @@ static size_t streamOutputBytes() {
 
 const char* directFormName(DirectForm f) {
   switch (f) {
-    case DirectForm::LL: return "LL";
-    case DirectForm::Symmetric: return "symmetric";
-    case DirectForm::Slices: return "slices";
+    case DirectForm::LL:
+      return "LL";
+    case DirectForm::Symmetric:
+      return "symmetric";
+    case DirectForm::Slices:
+      return "slices";
   }
   return "?";
 }
@@ -145,10 +148,10 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   slice.resize(static_cast<size_t>(n));
   inputs.resize(static_cast<size_t>(n));
 
-  // Waits until every peer's counter wordOf(q) (in its header) reaches target. With `note`, records when each
-  // peer's data was first seen here: the peers ready at the first look share one clock read,
-  // taken after every look (so never before a peer published); a peer waited for is timed when
-  // its wait ends. With the recorder off, no clock is read. lastSeenNs: the last clock read.
+  // Waits until every peer's counter wordOf(q) (in its header) reaches target. With `note`, records
+  // when each peer's data was first seen here: the peers ready at the first look share one clock
+  // read, taken after every look (so never before a peer published); a peer waited for is timed
+  // when its wait ends. With the recorder off, no clock is read. lastSeenNs: the last clock read.
   std::vector<int>& pending = scratch.pending;
   int64_t lastSeenNs = 0;
   auto waitAll = [&](auto wordOf, uint32_t target, auto what, bool note) -> Status {
@@ -168,8 +171,8 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
     }
     for (int q : pending) {
       std::atomic<uint32_t>* word = wordOf(q);
-      LOOM_CHECK(waiter.untilWord(q, word, &header(q)->sleepers,
-                                  [&] { return reached(*word, target); }, what));
+      LOOM_CHECK(waiter.untilWord(
+          q, word, &header(q)->sleepers, [&] { return reached(*word, target); }, what));
       if (note) trace::FlightRecorder::noteFirstArrivalAt(op.record, q, lastSeenNs = nowNs());
     }
     return Status::ok();
@@ -262,8 +265,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
   // In place, the output's lines are the input's, which this rank has just read: they are in
   // its caches, and streaming stores would only evict them (2 ranks in place, 16 and 32 MiB:
   // 7.16 and 6.92 GB/s plain against 4.53 and 4.47 streamed; docs/journal/perf.md, stop 26).
-  const bool streamOutput = !symmetric && send != recv &&
-                            count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
+  const bool streamOutput =
+      !symmetric && send != recv &&
+      count * es * static_cast<size_t>(comm.ranksPerCore()) >= streamOutputBytes();
   // Rounds that stay in the caches take at most cachedRoundBytes() of each direct buffer.
   const size_t perRound =
       (stream ? shm.directBytes : std::min(shm.directBytes, cachedRoundBytes(comm))) / es;
@@ -299,9 +303,9 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
       if (q != me && wait) {
         ShmDirectHeader* h = header(q);
         if (!reached(h->reduced, r.g))
-          LOOM_CHECK(waiter.untilWord(q, &h->reduced, &h->sleepers,
-                                      [&] { return reached(h->reduced, r.g); },
-                                      [] { return std::string("direct all-reduce, gathering"); }));
+          LOOM_CHECK(waiter.untilWord(
+              q, &h->reduced, &h->sleepers, [&] { return reached(h->reduced, r.g); },
+              [] { return std::string("direct all-reduce, gathering"); }));
       }
       toOutput(recv + (r.off + qo) * es, bufferOf(q, r.slot) + qo * es, ql * es);
     }
@@ -369,8 +373,7 @@ Status runDirectAllReduce(Comm& comm, const OpArgs& op, size_t count, DirectForm
         return base.status().prefix(comm.describe() + ": rank " + std::to_string(q) + "'s input: ");
       src = base.value() + offset;
     }
-    if (off == 0)
-      noteArrivals([&](int q) { return header(q)->enterNs[g & 1]; });
+    if (off == 0) noteArrivals([&](int q) { return header(q)->enterNs[g & 1]; });
 
     if (symmetric) {
       reduceAll(red, recv + off * es, bufs, 0, len);

@@ -27,10 +27,10 @@ namespace loom::exec {
 enum class DirectForm { LL, Symmetric, Slices };
 const char* directFormName(DirectForm f);  // "LL", "symmetric", "slices"
 // The form for an all-reduce of `bytes` among `nranks`: LL up to `llMax` bytes when `llAllowed`
-// (LOOM_PROTO), symmetric up to symmetricMaxBytes(nranks), slices above. llMaxBytes(comm): transport::kShmLLMaxBytes
-// where every rank has a core; transport::kShmLLBytes (one line) where ranks outnumber the
-// cores, whose waits are decided by the scheduler and where the lines past the first measured
-// slower than the symmetric form (8 ranks on 2 cores).
+// (LOOM_PROTO), symmetric up to symmetricMaxBytes(nranks), slices above. llMaxBytes(comm):
+// transport::kShmLLMaxBytes where every rank has a core; transport::kShmLLBytes (one line) where
+// ranks outnumber the cores, whose waits are decided by the scheduler and where the lines past the
+// first measured slower than the symmetric form (8 ranks on 2 cores).
 DirectForm directForm(size_t bytes, int nranks, bool llAllowed, size_t llMax);
 // LOOM_DIRECT_SYM_MAX, else 64 KiB / nranks: each rank of the symmetric form reads every
 // rank's input, nranks times the message.

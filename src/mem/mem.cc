@@ -68,7 +68,8 @@ Result<void*> alloc(size_t bytes) {
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0)
-    return LOOM_ERROR(loomSystemError, std::string("loomMemAlloc: shm_open: ") + std::strerror(errno));
+    return LOOM_ERROR(loomSystemError,
+                      std::string("loomMemAlloc: shm_open: ") + std::strerror(errno));
   const std::string name = nameOf(token);
   if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
     const int err = errno;

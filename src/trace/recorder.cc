@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -18,10 +18,14 @@ namespace loom::trace {
 
 const char* stateName(OpState s) {
   switch (s) {
-    case OpState::Enqueued: return "enqueued";
-    case OpState::Started: return "started";
-    case OpState::Completed: return "completed";
-    case OpState::Failed: return "failed";
+    case OpState::Enqueued:
+      return "enqueued";
+    case OpState::Started:
+      return "started";
+    case OpState::Completed:
+      return "completed";
+    case OpState::Failed:
+      return "failed";
   }
   return "?";
 }
@@ -69,8 +73,8 @@ OpRecord* FlightRecorder::begin(uint64_t seq, const char* coll, size_t count, in
   return make(seq, coll, count, dtype, op, root, OpState::Started);
 }
 
-OpRecord* FlightRecorder::enqueue(uint64_t seq, const char* coll, size_t count, int dtype,
-                                  int op, int root) {
+OpRecord* FlightRecorder::enqueue(uint64_t seq, const char* coll, size_t count, int dtype, int op,
+                                  int root) {
   return make(seq, coll, count, dtype, op, root, OpState::Enqueued);
 }
 
@@ -175,8 +179,8 @@ void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enter
   worst.waitCausedNs += caused;
 }
 
-void FlightRecorder::noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs,
-                                  int latestRank, int64_t latestNs) {
+void FlightRecorder::noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs, int latestRank,
+                                  int64_t latestNs) {
   if (r == nullptr || latestRank < 0 || earliestRank < 0 || latestRank >= nranks_ ||
       earliestRank >= nranks_)
     return;
@@ -213,8 +217,8 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
   o << "{\"rank\":" << rank_ << ",\"nranks\":" << nranks_ << ",\"comm\":\"" << commName
     << "\",\"commHash\":\"" << std::hex << commHash << std::dec << "\",\"reason\":\"" << reason
     << "\",\"clock\":\"CLOCK_MONOTONIC\",\"clockOffsetNs\":" << clockOffsetNs_
-    << ",\"clockErrorNs\":" << clockErrorNs_ << ",\"lastCompletedSeq\":"
-    << lastCompleted_.load() << ",\"ops\":[";
+    << ",\"clockErrorNs\":" << clockErrorNs_ << ",\"lastCompletedSeq\":" << lastCompleted_.load()
+    << ",\"ops\":[";
   const uint64_t next = next_.load(std::memory_order_acquire);
   const size_t n = std::min<uint64_t>(next, ring_.size());
   bool any = false;
@@ -230,9 +234,8 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
     o << (any ? "," : "") << "{\"seq\":" << r.seq << ",\"coll\":\"" << r.coll
       << "\",\"algorithm\":\"" << r.algorithm << "\",\"proto\":\"" << r.proto
       << "\",\"count\":" << r.count << ",\"dtype\":" << r.dtype << ",\"op\":" << r.op
-      << ",\"root\":" << r.root << ",\"channels\":" << r.channels
-      << ",\"state\":\"" << stateName(r.state)
-      << "\",\"enterNs\":" << r.enterNs << ",\"endNs\":" << r.endNs
+      << ",\"root\":" << r.root << ",\"channels\":" << r.channels << ",\"state\":\""
+      << stateName(r.state) << "\",\"enterNs\":" << r.enterNs << ",\"endNs\":" << r.endNs
       << ",\"waitNs\":" << r.waitNs << ",\"waitPeer\":" << r.waitPeer
       << ",\"maxWaitNs\":" << r.maxWaitNs << ",\"lastRank\":" << r.lastRank
       << ",\"lateNs\":" << r.lateNs;
@@ -261,14 +264,14 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
   return o.str();
 }
 
-Status FlightRecorder::dump(const std::string& path, const std::string& commName,
-                            uint64_t commHash, const std::string& reason) const {
+Status FlightRecorder::dump(const std::string& path, const std::string& commName, uint64_t commHash,
+                            const std::string& reason) const {
   std::string json = toJson(commName, commHash, reason);
   std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (f == nullptr)
-    return LOOM_ERROR(loomSystemError, "cannot write the trace to " + path + ": " +
-                                           std::strerror(errno));
+    return LOOM_ERROR(loomSystemError,
+                      "cannot write the trace to " + path + ": " + std::strerror(errno));
   size_t w = std::fwrite(json.data(), 1, json.size(), f);
   std::fclose(f);
   if (w != json.size() || std::rename(tmp.c_str(), path.c_str()) != 0)

@@ -101,8 +101,8 @@ class FlightRecorder {
   // Enqueued, entered now. start() turns it Started when it runs, or begins a new record if
   // the ring has reused it meanwhile (more than capacity operations were queued).
   OpRecord* enqueue(uint64_t seq, const char* coll, size_t count, int dtype, int op, int root);
-  OpRecord* start(OpRecord* queued, uint64_t seq, const char* coll, size_t count, int dtype,
-                  int op, int root);
+  OpRecord* start(OpRecord* queued, uint64_t seq, const char* coll, size_t count, int dtype, int op,
+                  int root);
   // Completes the record: ended at `endNs`, or now when 0.
   void end(OpRecord* r, const Status& s, int64_t endNs = 0);
 
@@ -174,8 +174,8 @@ class FlightRecorder {
   std::vector<RankLateness> lateness() const;
 
   // JSON: {"rank":..,"nranks":..,"ops":[...]} with the oldest record first.
-  std::string toJson(const std::string& commName, uint64_t commHash, const std::string& reason)
-      const;
+  std::string toJson(const std::string& commName, uint64_t commHash,
+                     const std::string& reason) const;
   // Writes toJson() to path.
   Status dump(const std::string& path, const std::string& commName, uint64_t commHash,
               const std::string& reason) const;
@@ -194,7 +194,7 @@ class FlightRecorder {
   std::atomic<uint64_t> next_{0};  // records started
   std::atomic<uint64_t> lastCompleted_{0};
   std::vector<uint64_t> seen_;  // per rank: peerSeenSeq()
-  mutable std::mutex mutex_;  // failures' text; start() against a reused record
+  mutable std::mutex mutex_;    // failures' text; start() against a reused record
   std::vector<LatenessSums> lateness_;
   int64_t clockOffsetNs_ = 0, clockErrorNs_ = 0;
 };

@@ -76,8 +76,8 @@ Result<Mac> hmacSha256(const void* key, size_t keyBytes, const void* data, size_
 }
 
 Result<Mac> handshakeMac(const std::string& secret, const char* context, Side side,
-                 const unsigned char* acceptorNonce, const unsigned char* connectorNonce,
-                 const std::string& fields) {
+                         const unsigned char* acceptorNonce, const unsigned char* connectorNonce,
+                         const std::string& fields) {
   const char* label = side == Side::Connector ? "connector" : "acceptor";
   std::string t;
   putPart(t, context, std::strlen(context));

@@ -50,8 +50,8 @@ Result<Mac> hmacSha256(const void* key, size_t keyBytes, const void* data, size_
 // connection, e.g. "loom/tcp/1"): HMAC-SHA256(secret, transcript) as the header says.
 // `fields` are the hello's fields, encoded as on the wire.
 Result<Mac> handshakeMac(const std::string& secret, const char* context, Side side,
-                 const unsigned char* acceptorNonce, const unsigned char* connectorNonce,
-                 const std::string& fields);
+                         const unsigned char* acceptorNonce, const unsigned char* connectorNonce,
+                         const std::string& fields);
 
 // Compares two MACs in constant time.
 bool sameMac(const unsigned char* a, const unsigned char* b);

@@ -35,10 +35,14 @@ bool parseMask(const std::string& text, cpu_set_t* mask) {
   for (size_t i = 0; i < digits; ++i) {
     const char ch = text[i];
     int digit;
-    if (ch >= '0' && ch <= '9') digit = ch - '0';
-    else if (ch >= 'a' && ch <= 'f') digit = ch - 'a' + 10;
-    else if (ch >= 'A' && ch <= 'F') digit = ch - 'A' + 10;
-    else return false;
+    if (ch >= '0' && ch <= '9')
+      digit = ch - '0';
+    else if (ch >= 'a' && ch <= 'f')
+      digit = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'F')
+      digit = ch - 'A' + 10;
+    else
+      return false;
     const size_t base = (digits - 1 - i) * 4;  // the CPU of this digit's lowest bit
     for (int b = 0; b < 4; ++b) {
       if ((digit & (1 << b)) == 0) continue;

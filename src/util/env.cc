@@ -19,8 +19,10 @@ struct Var {
 constexpr Var kVars[] = {
     {"LOOM_DEBUG", "WARN", "log level: WARN, INFO or TRACE (NONE silences warnings)", "NCCL_DEBUG"},
     {"LOOM_DEBUG_SUBSYS", "ALL",
-     "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts", "NCCL_DEBUG_SUBSYS"},
-    {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid", "NCCL_DEBUG_FILE"},
+     "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts",
+     "NCCL_DEBUG_SUBSYS"},
+    {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid",
+     "NCCL_DEBUG_FILE"},
     {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root", "NCCL_COMM_ID"},
     {"LOOM_COMM_SECRET", "", "shared secret for LOOM_COMM_ID rendezvous (else derived from it)"},
     {"LOOM_RANK", "",
@@ -29,12 +31,14 @@ constexpr Var kVars[] = {
     {"LOOM_COMM_PORT", "",
      "loomCommInitFromEnv under Slurm: the root's port on the first node of the step "
      "(default 28500 + (SLURM_JOB_ID + SLURM_STEP_ID) % 1000)"},
-    {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact", "NCCL_SOCKET_IFNAME"},
+    {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact",
+     "NCCL_SOCKET_IFNAME"},
     {"LOOM_SOCKET_BUFFER_BYTES", "4194304",
      "TCP transport: each connection's send and receive socket buffer (SO_SNDBUF, SO_RCVBUF; "
      "0: the kernel's autotuning)"},
     {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
-    {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory", "NCCL_SHM_DISABLE"},
+    {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory",
+     "NCCL_SHM_DISABLE"},
     {"LOOM_NET", "",
      "network transport across hosts: IB (fail if no RDMA port is usable), Socket (TCP), or "
      "empty: ib where every pair of ranks has an active port, else TCP",
@@ -44,17 +48,18 @@ constexpr Var kVars[] = {
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (prefixes), ^ excludes, = exact names; "
      "ranks of one host spread over the ports chosen",
      "NCCL_IB_HCA"},
-    {"LOOM_IB_GID_INDEX", "-1",
-     "RoCE GID index (-1: the first RoCE v2 GID with an IPv4 address)", "NCCL_IB_GID_INDEX"},
-    {"LOOM_IB_TIMEOUT", "14",
-     "ib retransmission timeout exponent: 4.096 us x 2^N per try", "NCCL_IB_TIMEOUT"},
+    {"LOOM_IB_GID_INDEX", "-1", "RoCE GID index (-1: the first RoCE v2 GID with an IPv4 address)",
+     "NCCL_IB_GID_INDEX"},
+    {"LOOM_IB_TIMEOUT", "14", "ib retransmission timeout exponent: 4.096 us x 2^N per try",
+     "NCCL_IB_TIMEOUT"},
     {"LOOM_IB_RETRY_CNT", "7", "ib retransmissions before a link is declared lost",
      "NCCL_IB_RETRY_CNT"},
     {"LOOM_GDR_DISABLE", "0",
      "1: never register device buffers for GPUDirect RDMA (dma-buf or peer memory); "
      "they stage through host memory",
      "NCCL_NET_GDR_LEVEL"},
-    {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)", "NCCL_BUFFSIZE"},
+    {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)",
+     "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
      "polls of a wait before it yields (-1: 2000, or none when the ranks on this machine "
@@ -64,7 +69,8 @@ constexpr Var kVars[] = {
      "machine has a core, 200 where two share each core, else 16)"},
     {"LOOM_SCHEDULE_DUMP", "", "write every schedule built to this file (JSON lines)"},
     {"LOOM_ALGO", "",
-     "algorithms the tuner may pick: ring, tree, rhd, rd, hier, hierrd, chain, direct; a list for every "
+     "algorithms the tuner may pick: ring, tree, rhd, rd, hier, hierrd, chain, direct; a list for "
+     "every "
      "collective or per collective (allreduce:ring,tree;allgather:ring); ^ excludes",
      "NCCL_ALGO"},
     {"LOOM_TUNER_TABLE", "",
@@ -83,9 +89,11 @@ constexpr Var kVars[] = {
     {"LOOM_INJECT_DELAY", "",
      "tests only: RANK:US[:EVERY] delays RANK's entry into every EVERY-th operation (default "
      "each) by US microseconds, as a late caller would (needs the flight recorder)"},
-    {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)", "TORCH_NCCL_TRACE_BUFFER_SIZE"},
+    {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)",
+     "TORCH_NCCL_TRACE_BUFFER_SIZE"},
     {"LOOM_TRACE_DIR", "",
-     "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},
+     "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy",
+     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (three per rank, one host only)"},
     {"LOOM_DIRECT_STREAM_BYTES", "0",
      "direct all-reduce: copies with streaming (non-temporal) stores from this many bytes (0: 64 "
@@ -99,14 +107,17 @@ constexpr Var kVars[] = {
      "divided by the number of ranks)"},
     {"LOOM_TOPO_FILE", "",
      "read this host's topology from this file (NCCL topology XML or hwloc XML) instead of "
-     "detecting it", "NCCL_TOPO_FILE"},
-    {"LOOM_TOPO_DUMP_FILE", "", "write the topology detected (or loaded) to this file, in NCCL's schema",
+     "detecting it",
+     "NCCL_TOPO_FILE"},
+    {"LOOM_TOPO_DUMP_FILE", "",
+     "write the topology detected (or loaded) to this file, in NCCL's schema",
      "NCCL_TOPO_DUMP_FILE"},
     {"LOOM_TOPO_DISABLE", "0",
      "1: communicators neither detect nor merge the hosts' topology (no system graph)"},
     {"LOOM_CUDA_IPC_DISABLE", "0",
      "1: all-reduces on device buffers stage through host memory even when every rank shares "
-     "the host (no cuda_ipc kernels)", "NCCL_P2P_DISABLE"},
+     "the host (no cuda_ipc kernels)",
+     "NCCL_P2P_DISABLE"},
     {"LOOM_CUDA_IPC_BYTES", "67108864",
      "bytes of GPU memory per rank for the cuda_ipc all-reduce (two halves; larger messages go "
      "in chunks)"},
@@ -134,15 +145,15 @@ int64_t toInt(const char* name) {
 
 }  // namespace
 
-#define LOOM_ENV_STRING(fn, name)              \
-  const std::string& fn() {                    \
+#define LOOM_ENV_STRING(fn, name)               \
+  const std::string& fn() {                     \
     static const std::string value = raw(name); \
-    return value;                              \
-  }
-#define LOOM_ENV_INT(fn, name)                  \
-  int64_t fn() {                                \
-    static const int64_t value = toInt(name);   \
     return value;                               \
+  }
+#define LOOM_ENV_INT(fn, name)                \
+  int64_t fn() {                              \
+    static const int64_t value = toInt(name); \
+    return value;                             \
   }
 
 LOOM_ENV_STRING(debugLevel, "LOOM_DEBUG")
@@ -207,8 +218,9 @@ bool tunerCalibrate() {
 std::string markdownTable() {
   std::string t = "| variable | default | meaning | mirrors |\n|---|---|---|---|\n";
   for (const Var& var : kVars) {
-    t += std::string("| `") + var.name + "` | " + (*var.deflt ? std::string("`") + var.deflt + "`" : "") +
-         " | " + var.doc + " | " + (*var.nccl ? std::string("`") + var.nccl + "`" : "") + " |\n";
+    t += std::string("| `") + var.name + "` | " +
+         (*var.deflt ? std::string("`") + var.deflt + "`" : "") + " | " + var.doc + " | " +
+         (*var.nccl ? std::string("`") + var.nccl + "`" : "") + " |\n";
   }
   return t;
 }
@@ -216,8 +228,7 @@ std::string markdownTable() {
 void printAll() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const Var& var : kVars)
-      LOOM_INFO(kEnv, "%s=%s (%s)", var.name, raw(var.name), var.doc);
+    for (const Var& var : kVars) LOOM_INFO(kEnv, "%s=%s (%s)", var.name, raw(var.name), var.doc);
   });
 }
 

@@ -1,11 +1,11 @@
 #include "util/log.h"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <mutex>
 #include <string>
 
@@ -27,9 +27,15 @@ unsigned parseSubsys(const std::string& s) {
   static const struct {
     const char* name;
     unsigned bit;
-  } kNames[] = {{"INIT", kInit},           {"BOOTSTRAP", kBootstrap}, {"TOPO", kTopo},
-                {"TUNE", kTune},           {"TRANSPORT", kTransport}, {"EXEC", kExec},
-                {"TRACE", kTrace},         {"ENV", kEnv},             {"ALL", kAll}};
+  } kNames[] = {{"INIT", kInit},
+                {"BOOTSTRAP", kBootstrap},
+                {"TOPO", kTopo},
+                {"TUNE", kTune},
+                {"TRANSPORT", kTransport},
+                {"EXEC", kExec},
+                {"TRACE", kTrace},
+                {"ENV", kEnv},
+                {"ALL", kAll}};
   bool invert = !s.empty() && s[0] == '^';
   unsigned mask = 0;
   size_t pos = invert ? 1 : 0;
@@ -48,9 +54,12 @@ const Config& config() {
   static const Config cfg = [] {
     Config c;
     const std::string& lvl = env::debugLevel();
-    if (strcasecmp(lvl.c_str(), "NONE") == 0) c.level = Level::kNone;
-    else if (strcasecmp(lvl.c_str(), "INFO") == 0) c.level = Level::kInfo;
-    else if (strcasecmp(lvl.c_str(), "TRACE") == 0) c.level = Level::kTrace;
+    if (strcasecmp(lvl.c_str(), "NONE") == 0)
+      c.level = Level::kNone;
+    else if (strcasecmp(lvl.c_str(), "INFO") == 0)
+      c.level = Level::kInfo;
+    else if (strcasecmp(lvl.c_str(), "TRACE") == 0)
+      c.level = Level::kTrace;
     c.mask = parseSubsys(env::debugSubsys());
     gethostname(c.host, sizeof(c.host) - 1);
     const std::string& file = env::debugFile();
@@ -77,24 +86,37 @@ const Config& config() {
 
 const char* levelName(Level l) {
   switch (l) {
-    case Level::kWarn: return "WARN";
-    case Level::kInfo: return "INFO";
-    case Level::kTrace: return "TRACE";
-    default: return "";
+    case Level::kWarn:
+      return "WARN";
+    case Level::kInfo:
+      return "INFO";
+    case Level::kTrace:
+      return "TRACE";
+    default:
+      return "";
   }
 }
 
 const char* subsysName(unsigned s) {
   switch (s) {
-    case kInit: return "INIT";
-    case kBootstrap: return "BOOTSTRAP";
-    case kTopo: return "TOPO";
-    case kTune: return "TUNE";
-    case kTransport: return "TRANSPORT";
-    case kExec: return "EXEC";
-    case kTrace: return "TRACE";
-    case kEnv: return "ENV";
-    default: return "ALL";
+    case kInit:
+      return "INIT";
+    case kBootstrap:
+      return "BOOTSTRAP";
+    case kTopo:
+      return "TOPO";
+    case kTune:
+      return "TUNE";
+    case kTransport:
+      return "TRANSPORT";
+    case kExec:
+      return "EXEC";
+    case kTrace:
+      return "TRACE";
+    case kEnv:
+      return "ENV";
+    default:
+      return "ALL";
   }
 }
 

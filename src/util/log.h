@@ -22,7 +22,8 @@ enum Subsys : unsigned {
 };
 
 bool enabled(Level level, unsigned subsys);
-void write(Level level, unsigned subsys, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+void write(Level level, unsigned subsys, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 // The rank shown in this thread's log lines (-1: none).
 void setThreadRank(int rank);
 

@@ -2,9 +2,9 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <sched.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -61,7 +61,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool isOk() const { return v_.index() == 0; }
   T& value() { return std::get<0>(v_); }
@@ -80,23 +80,23 @@ void logTrail(const Status& s, const char* file, int line);
 
 #define LOOM_ERROR(code, msg) ::loom::Status((code), (msg), __FILE__, __LINE__)
 
-#define LOOM_CHECK(expr)                              \
-  do {                                                \
-    ::loom::Status loom_s_ = (expr);                  \
-    if (!loom_s_.isOk()) {                            \
-      ::loom::logTrail(loom_s_, __FILE__, __LINE__);  \
-      return loom_s_;                                 \
-    }                                                 \
+#define LOOM_CHECK(expr)                             \
+  do {                                               \
+    ::loom::Status loom_s_ = (expr);                 \
+    if (!loom_s_.isOk()) {                           \
+      ::loom::logTrail(loom_s_, __FILE__, __LINE__); \
+      return loom_s_;                                \
+    }                                                \
   } while (0)
 
 #define LOOM_CONCAT_INNER(a, b) a##b
 #define LOOM_CONCAT(a, b) LOOM_CONCAT_INNER(a, b)
 // LOOM_ASSIGN(auto x, f()): unwraps a Result<T> or returns its Status.
 #define LOOM_ASSIGN(decl, expr) LOOM_ASSIGN_IMPL(LOOM_CONCAT(loom_r_, __LINE__), decl, expr)
-#define LOOM_ASSIGN_IMPL(tmp, decl, expr)            \
-  auto tmp = (expr);                                 \
-  if (!tmp.isOk()) {                                 \
+#define LOOM_ASSIGN_IMPL(tmp, decl, expr)               \
+  auto tmp = (expr);                                    \
+  if (!tmp.isOk()) {                                    \
     ::loom::logTrail(tmp.status(), __FILE__, __LINE__); \
-    return tmp.status();                             \
-  }                                                  \
+    return tmp.status();                                \
+  }                                                     \
   decl = tmp.take()

@@ -56,10 +56,10 @@ struct Anchor {
 
 // One thread's mapping: ns = base.ns + (tick - base.tick) * nsPerTick, re-anchored at nextTick.
 struct TscClock {
-  Anchor ref, mid, base;     // rate from ref (0.5-1 s back) to now; base: the latest pair
-  double nsPerTick = 0;      // 0 until two pairs are a millisecond apart (clock_gettime then)
+  Anchor ref, mid, base;  // rate from ref (0.5-1 s back) to now; base: the latest pair
+  double nsPerTick = 0;   // 0 until two pairs are a millisecond apart (clock_gettime then)
   uint64_t nextTick = 0;
-  int64_t last = 0;          // the last reading handed out
+  int64_t last = 0;  // the last reading handed out
 };
 thread_local TscClock tClock;
 
@@ -123,8 +123,8 @@ int64_t nowNs() {
   const uint64_t t = __rdtsc();
   if (c.ref.tick == 0 || t >= c.nextTick || t < c.base.tick) return reanchor(c);
   if (c.nsPerTick == 0) return handOut(c, monotonicNs());  // the thread's first millisecond
-  return handOut(c, c.base.ns + static_cast<int64_t>(static_cast<double>(t - c.base.tick) *
-                                                     c.nsPerTick));
+  return handOut(
+      c, c.base.ns + static_cast<int64_t>(static_cast<double>(t - c.base.tick) * c.nsPerTick));
 }
 
 bool nowNsUsesTsc() { return gUseTsc.load(std::memory_order_relaxed); }

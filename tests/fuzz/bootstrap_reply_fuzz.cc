@@ -44,8 +44,9 @@ bool expectedInfo(const std::string& in, std::string* info) {
 }
 
 bool signable(const std::string& in) {
-  return in.size() >= kChallengeBytes && get32(reinterpret_cast<const unsigned char*>(in.data())) ==
-                                             kProofMagic && (in[4] & 1) == 0;
+  return in.size() >= kChallengeBytes &&
+         get32(reinterpret_cast<const unsigned char*>(in.data())) == kProofMagic &&
+         (in[4] & 1) == 0;
 }
 
 }  // namespace
@@ -93,8 +94,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   close(listenFd);
   std::string info;
   bool valid = signedProof && expectedInfo(reply.substr(kChallengeBytes), &info);
-  if (joined.isOk() && (!valid || joined.value()->peerInfo().size() != 1 ||
-                        joined.value()->peerInfo()[0] != info)) {
+  if (joined.isOk() &&
+      (!valid || joined.value()->peerInfo().size() != 1 || joined.value()->peerInfo()[0] != info)) {
     fprintf(stderr, "join accepted a reply that is not a signed proof and a one-rank table\n");
     abort();
   }

@@ -50,7 +50,8 @@ inline int64_t msLeft(std::chrono::steady_clock::time_point deadline) {
 }
 
 // Writes all of data unless the peer closes or the deadline passes; false then.
-inline bool sendAll(int fd, const std::string& data, std::chrono::steady_clock::time_point deadline) {
+inline bool sendAll(int fd, const std::string& data,
+                    std::chrono::steady_clock::time_point deadline) {
   size_t off = 0;
   while (off < data.size()) {
     pollfd p{fd, POLLOUT, 0};

@@ -2,7 +2,8 @@
 // produces: ids from encodeUniqueId/makeUniqueIdFor, PeerInfo::encode blobs, hellos laid out
 // by wire.h's encoders as a rank sends them, the replies of a real rendezvous root (runRoot)
 // to a rank that answers its challenge, and frames written by a real TcpConnection.
-// Usage: make_fuzz_seeds DIR (writes DIR/<target>/<seed>). Topology and trace seeds are copies of tests/data files.
+// Usage: make_fuzz_seeds DIR (writes DIR/<target>/<seed>). Topology and trace seeds are copies of
+// tests/data files.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,8 +68,9 @@ std::string hello(bool sign, int rank, int nranks, const std::string& info, uint
   (void)auth::randomBytes(challenge.data(), challenge.size());
   (void)auth::randomBytes(nonce.data(), nonce.size());
   nonce[0] = static_cast<unsigned char>(sign ? nonce[0] & ~1u : nonce[0] | 1u);
-  auto h = helloFrame(kHelloMagic, kRootContext, sign ? loomfuzz::fuzzSecret() : std::string(32, 'x'),
-                      challenge.data(), nonce, fields, fields);
+  auto h =
+      helloFrame(kHelloMagic, kRootContext, sign ? loomfuzz::fuzzSecret() : std::string(32, 'x'),
+                 challenge.data(), nonce, fields, fields);
   return h.isOk() ? h.value() : std::string();
 }
 
@@ -93,8 +95,8 @@ std::string rootReply(int rank, int nranks, const std::string& info) {
     auth::Nonce nonce{};
     (void)auth::randomBytes(nonce.data(), nonce.size());
     auto h = helloFrame(kHelloMagic, kRootContext, loomfuzz::fuzzSecret(),
-                        reinterpret_cast<const unsigned char*>(challenge.data()) + 4, nonce,
-                        fields, fields);
+                        reinterpret_cast<const unsigned char*>(challenge.data()) + 4, nonce, fields,
+                        fields);
     if (h.isOk()) loomfuzz::sendAll(c, h.value(), loomfuzz::after(1000));
     loomfuzz::readUntilClosed(c, &reply, loomfuzz::after(1000));
   }
@@ -124,7 +126,8 @@ std::string tcpHello(bool sign, uint32_t rank, uint64_t hash) {
 
 // The bytes a real TcpConnection writes for these payloads, after the fuzz target's
 // configuration byte (slot size, depth, write piece).
-std::string frames(unsigned char config, size_t slotBytes, const std::vector<std::string>& payloads) {
+std::string frames(unsigned char config, size_t slotBytes,
+                   const std::vector<std::string>& payloads) {
   int sv[2];
   socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
   transport::TcpConnection conn(1, sv[0], slotBytes, payloads.size());
@@ -145,7 +148,8 @@ std::string frames(unsigned char config, size_t slotBytes, const std::vector<std
   std::string out(1, static_cast<char>(config));
   char buf[4096];
   ssize_t n;
-  while ((n = recv(sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0) out.append(buf, static_cast<size_t>(n));
+  while ((n = recv(sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+    out.append(buf, static_cast<size_t>(n));
   close(sv[1]);
   return out;
 }
@@ -180,7 +184,8 @@ int main(int argc, char** argv) {
   const std::string info = peerInfo(-1);
   const uint32_t n = static_cast<uint32_t>(info.size());
   write("bootstrap_root", "one_rank", hello(true, 0, 1, info, n));
-  write("bootstrap_root", "two_ranks", hello(true, 0, 2, info, n) + "LMFZ" + hello(true, 1, 2, info, n));
+  write("bootstrap_root", "two_ranks",
+        hello(true, 0, 2, info, n) + "LMFZ" + hello(true, 1, 2, info, n));
   write("bootstrap_root", "duplicate_rank",
         hello(true, 0, 2, info, n) + "LMFZ" + hello(true, 0, 2, info, n));
   write("bootstrap_root", "wrong_nranks",
@@ -210,7 +215,8 @@ int main(int argc, char** argv) {
   write("tcp_handshake", "garbage_and_silence", std::string(100, '\x33') + "LMFZ");
 
   // tcp_frame: a real connection's frames; slots of 64 bytes, depth 4 (config byte 0x2d).
-  write("tcp_frame", "frames", frames(0x2d, 64, {"", std::string(64, 'a'), "clock", std::string(17, '\0')}));
+  write("tcp_frame", "frames",
+        frames(0x2d, 64, {"", std::string(64, 'a'), "clock", std::string(17, '\0')}));
   write("tcp_frame", "one", frames(0x03, 4096, {std::string(100, 'z')}));
   return 0;
 }

@@ -22,8 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const loom::PeerInfo& a = decoded.value();
   auto again = loom::PeerInfo::decode(a.encode());
   if (!again.isOk()) {
-    fprintf(stderr, "encode(decode(blob)) does not decode: %s\n",
-            again.status().message().c_str());
+    fprintf(stderr, "encode(decode(blob)) does not decode: %s\n", again.status().message().c_str());
     abort();
   }
   const loom::PeerInfo& b = again.value();

@@ -140,8 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fprintf(stderr, "an unsigned stranger got %zu bytes after its challenge\n", reply.size());
       abort();
     }
-    auto want = auth::handshakeMac(secret, "loom/tcp/1", auth::Side::Acceptor,
-                                   u8(challenges[i], 4), u8(conns[i], kOffNonce), fieldsOf(conns[i]));
+    auto want = auth::handshakeMac(secret, "loom/tcp/1", auth::Side::Acceptor, u8(challenges[i], 4),
+                                   u8(conns[i], kOffNonce), fieldsOf(conns[i]));
     if (reply.size() < kFrame32 || get32(reply, 0) != kAnswerMagic || !want.isOk() ||
         !auth::sameMac(u8(reply, 4), want.value().data())) {
       fprintf(stderr, "a signed stranger was answered without the acceptor's MAC\n");

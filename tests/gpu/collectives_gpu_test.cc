@@ -424,9 +424,7 @@ LaunchOptions optionsFor(int nranks, bool ipc) {
 using Param = std::tuple<int, bool>;
 class GpuCollectives : public ::testing::TestWithParam<Param> {
  protected:
-  void SetUp() override {
-    LOOM_SKIP_WITHOUT_GPU();
-  }
+  void SetUp() override { LOOM_SKIP_WITHOUT_GPU(); }
 };
 
 TEST_P(GpuCollectives, EveryCollectiveOnDeviceBuffers) {

@@ -4,10 +4,9 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -56,13 +55,13 @@ inline bool gpuRequired() {
 }  // namespace loomtest
 
 // In a test body or SetUp(): skips where there is no CUDA device (fails where one is required).
-#define LOOM_SKIP_WITHOUT_GPU()                             \
-  do {                                                      \
+#define LOOM_SKIP_WITHOUT_GPU()                               \
+  do {                                                        \
     const std::string loom_why_ = loomtest::noDeviceReason(); \
-    if (!loom_why_.empty()) {                               \
-      if (loomtest::gpuRequired()) FAIL() << loom_why_;     \
-      GTEST_SKIP() << loom_why_;                            \
-    }                                                       \
+    if (!loom_why_.empty()) {                                 \
+      if (loomtest::gpuRequired()) FAIL() << loom_why_;       \
+      GTEST_SKIP() << loom_why_;                              \
+    }                                                         \
   } while (0)
 
 // In a rank: prints the failed call and returns 1 from the rank function.

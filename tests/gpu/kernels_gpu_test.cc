@@ -70,9 +70,7 @@ struct DeviceBuffer {
 
 class GpuKernelTest : public ::testing::TestWithParam<int> {
  protected:
-  void SetUp() override {
-    LOOM_SKIP_WITHOUT_GPU();
-  }
+  void SetUp() override { LOOM_SKIP_WITHOUT_GPU(); }
 };
 
 TEST_P(GpuKernelTest, ReduceMatchesCpuBuild) {

@@ -39,8 +39,7 @@ int main() try {
     }
   }
   check(loomCommDestroy(comm), "loomCommDestroy", nullptr);
-  std::printf("hello_cc: rank %d of %d: all-reduce of %zu floats OK\n", rank, nranks,
-              data.size());
+  std::printf("hello_cc: rank %d of %d: all-reduce of %zu floats OK\n", rank, nranks, data.size());
   return 0;
 } catch (loomResult_t) {
   return 1;

@@ -44,7 +44,8 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
     // Sizes the tuner prices, each checked against the sum computed here.
     for (size_t count : {size_t{2}, size_t{5000}, size_t{300000}}) {
       std::vector<float> x(count), y(count);
-      for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(ctx.rank + 1) * static_cast<float>(i % 7);
+      for (size_t i = 0; i < count; ++i)
+        x[i] = static_cast<float>(ctx.rank + 1) * static_cast<float>(i % 7);
       if (loomAllReduce(x.data(), y.data(), count, loomFloat32, loomSum, ctx.comm, nullptr) !=
           loomSuccess)
         return 1;
@@ -57,7 +58,8 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
   ASSERT_TRUE(res.allPassed()) << res.report(true);
 
   // Every rank's log: the calibration line (the pinging ranks, 0 and 2) and its predictions.
-  const std::regex calibrated(R"(calibrated (\w+) with rank (\d+): ([0-9.]+) us \+ ([0-9.]+) GB/s)");
+  const std::regex calibrated(
+      R"(calibrated (\w+) with rank (\d+): ([0-9.]+) us \+ ([0-9.]+) GB/s)");
   const std::regex predicted(R"(allreduce of (\d+) bytes: (\w+) predicted ([0-9.]+) us)");
   std::map<std::string, std::string> first;  // "bytes algo" -> time, as the first log said
   int logs = 0;
@@ -91,8 +93,7 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
   EXPECT_GE(compared, 6u) << "the ranks' predictions were not found to compare";
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, CalibrateTest,
-                         ::testing::Values(CalCase{false}, CalCase{true}),
+INSTANTIATE_TEST_SUITE_P(Links, CalibrateTest, ::testing::Values(CalCase{false}, CalCase{true}),
                          [](const ::testing::TestParamInfo<CalCase>& i) {
                            return std::string(i.param.shm ? "shm" : "tcp");
                          });

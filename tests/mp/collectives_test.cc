@@ -85,7 +85,7 @@ TEST(Cases, SameListOnEveryCallAndWithinLimits) {
 struct Config {
   int nranks;
   bool shm;
-  const char* algo = "";  // LOOM_ALGO: "" lets the tuner pick (direct all-reduce on one host)
+  const char* algo = "";       // LOOM_ALGO: "" lets the tuner pick (direct all-reduce on one host)
   uint32_t colls = kAllColls;  // the collectives checked: those whose schedule `algo` changes
 };
 
@@ -112,8 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                          ::testing::Values(Config{1, true}, Config{2, true}, Config{3, true},
                                            Config{4, true}, Config{8, true}, Config{2, false},
                                            Config{3, false}, Config{8, false},
-                                           Config{2, true, "ring"},
-                                           Config{3, true, "ring"}, Config{8, true, "ring"}),
+                                           Config{2, true, "ring"}, Config{3, true, "ring"},
+                                           Config{8, true, "ring"}),
                          [](const ::testing::TestParamInfo<Config>& info) {
                            return std::to_string(info.param.nranks) + "ranks_" +
                                   (info.param.shm ? "shm" : "tcp") +
@@ -121,12 +121,12 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
                          });
 
 // Every new builder forced by LOOM_ALGO on 2, 3, 5 and 8 ranks over shared
-// memory, 3 over TCP (plus the 5-rank per-collective form below); each rank checks every case against the scalar reference.
-// All ranks share this host, so hier runs its one-host form here (direct
-// reduce-scatter and all-gather in the host); its cross-host phase runs in
-// the verifier's sweeps over host layouts.
-// Only the collectives a forced algorithm builds are checked (broadcast, reduce, all-to-all
-// and send/receive have one schedule each, checked by the Ranks configurations above).
+// memory, 3 over TCP (plus the 5-rank per-collective form below); each rank checks every case
+// against the scalar reference. All ranks share this host, so hier runs its one-host form here
+// (direct reduce-scatter and all-gather in the host); its cross-host phase runs in the verifier's
+// sweeps over host layouts. Only the collectives a forced algorithm builds are checked (broadcast,
+// reduce, all-to-all and send/receive have one schedule each, checked by the Ranks configurations
+// above).
 std::vector<Config> forcedConfigs() {
   const uint32_t allReduce = bit(Coll::kAllReduce);
   const uint32_t rhd = allReduce | bit(Coll::kAllGather) | bit(Coll::kReduceScatter);
@@ -151,8 +151,7 @@ std::string configName(const ::testing::TestParamInfo<Config>& info) {
          algo;
 }
 
-INSTANTIATE_TEST_SUITE_P(Forced, CollectivesTest, ::testing::ValuesIn(forcedConfigs()),
-                         configName);
+INSTANTIATE_TEST_SUITE_P(Forced, CollectivesTest, ::testing::ValuesIn(forcedConfigs()), configName);
 
 // The parent (here a launcher process) calls loomGetUniqueId before forking,
 // so the rendezvous root runs as a thread of that process; no LOOM_COMM_ID.
@@ -276,8 +275,8 @@ int graphRingRank(const std::string& dumpPath) {
     for (size_t j = 0; j < kCount; ++j) send[i][j] = static_cast<float>((i * 5 + j) % 11);
   CHECK_LOOM(loomGroupStart());
   for (int i = 0; i < kN; ++i)
-    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum,
-                             comms[i], nullptr));
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum, comms[i],
+                             nullptr));
   CHECK_LOOM(loomGroupEnd());
   int failures = 0;
   for (int i = 0; i < kN; ++i)
@@ -289,8 +288,8 @@ int graphRingRank(const std::string& dumpPath) {
     }
   CHECK_LOOM(loomGroupStart());
   for (int i = 0; i < kN; ++i)
-    CHECK_LOOM(loomAllGather(send[i].data(), recv[i].data(), kCount, loomFloat32, comms[i],
-                             nullptr));
+    CHECK_LOOM(
+        loomAllGather(send[i].data(), recv[i].data(), kCount, loomFloat32, comms[i], nullptr));
   CHECK_LOOM(loomGroupEnd());
   for (int i = 0; i < kN; ++i)
     for (size_t k = 0; k < kN * kCount; ++k)

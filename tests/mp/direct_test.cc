@@ -7,9 +7,8 @@
 // peers run as far ahead as the protocol lets them. A buffer reused too early shows as a
 // wrong element: every result is checked against a sum computed here. (Inputs that peers
 // read in place from loomMemAlloc memory are tested the same way in mem_test.cc.)
-#include <sys/resource.h>
-
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -24,7 +23,7 @@ namespace {
 
 constexpr size_t kDirectBytes = 65536;  // LOOM_DIRECT_BYTES for these runs
 constexpr size_t kRoundElems = kDirectBytes / sizeof(int32_t);
-constexpr size_t kSymMax = 16384;       // LOOM_DIRECT_SYM_MAX: larger rounds take slices
+constexpr size_t kSymMax = 16384;  // LOOM_DIRECT_SYM_MAX: larger rounds take slices
 
 int32_t inputOf(int rank, int op, size_t i) {
   return static_cast<int32_t>((rank + 1) * 7919 + op * 104729 + static_cast<int>(i % 65521));
@@ -51,8 +50,10 @@ int runSequence(RankContext& ctx) {
     for (size_t count : counts) {
       for (int inPlace = 0; inPlace < 2; ++inPlace, ++op) {
         for (size_t i = 0; i < count; ++i) send[i] = inputOf(ctx.rank, op, i);
-        if (inPlace) std::memcpy(recv.data(), send.data(), count * sizeof(int32_t));
-        else std::fill(recv.begin(), recv.begin() + static_cast<long>(count), -1);
+        if (inPlace)
+          std::memcpy(recv.data(), send.data(), count * sizeof(int32_t));
+        else
+          std::fill(recv.begin(), recv.begin() + static_cast<long>(count), -1);
         const void* in = inPlace ? recv.data() : send.data();
         if (loomAllReduce(in, recv.data(), count, loomInt32, loomSum, ctx.comm, nullptr) !=
             loomSuccess) {

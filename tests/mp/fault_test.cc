@@ -4,14 +4,14 @@
 // within the timeout, name the lost rank itself (a survivor that fails because
 // a neighbour failed first learns the lost rank from the broken link: the
 // shared-memory `broken` word or the TCP goodbye frame carries it;
-// LOOM_FAULT_STRICT_NAMING=0 accepts a chain of blame instead), abort or destroy its communicator promptly, and leave nothing behind: no shared-memory segment of the
-// communicator, no extra file descriptor, no extra thread. Then the survivors
-// recover without restarting: they build a new communicator among themselves
-// (a fresh unique id passed through shared memory, since loomCommSplit needs
-// every rank of the failed communicator) and run checked collectives on it.
+// LOOM_FAULT_STRICT_NAMING=0 accepts a chain of blame instead), abort or destroy its communicator
+// promptly, and leave nothing behind: no shared-memory segment of the communicator, no extra file
+// descriptor, no extra thread. Then the survivors recover without restarting: they build a new
+// communicator among themselves (a fresh unique id passed through shared memory, since
+// loomCommSplit needs every rank of the failed communicator) and run checked collectives on it.
 //
-// LOOM_FAULT_SEEDS=N runs N seeds per transport (default 25, 5 in a sanitized build); LOOM_FAULT_SEED=S
-// starts at seed S, so a failing case reruns alone with LOOM_FAULT_SEEDS=1.
+// LOOM_FAULT_SEEDS=N runs N seeds per transport (default 25, 5 in a sanitized build);
+// LOOM_FAULT_SEED=S starts at seed S, so a failing case reruns alone with LOOM_FAULT_SEEDS=1.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -202,8 +202,8 @@ int killRank(const KillPlan& p, FaultPage* page, RankContext& ctx) {
   const double afterKillS = killedAtUs > 0 ? (erredAtUs - killedAtUs) * 1e-6 : -1;
   loomResult_t stored = loomSuccess;
   loomCommGetAsyncError(comm, &stored);
-  fprintf(stderr, "rank %d: %s %.0f ms after the kill: %s\n", ctx.rank,
-          loomGetErrorString(stored), afterKillS * 1000, message.c_str());
+  fprintf(stderr, "rank %d: %s %.0f ms after the kill: %s\n", ctx.rank, loomGetErrorString(stored),
+          afterKillS * 1000, message.c_str());
   if (stored != loomRemoteError && stored != loomTimeout)
     fail(std::string("stored error ") + loomGetErrorString(stored) +
          ", expected loomRemoteError or loomTimeout");
@@ -264,11 +264,12 @@ int killRank(const KillPlan& p, FaultPage* page, RankContext& ctx) {
   std::mt19937_64 rng(p.seed);
   for (int i = 0; i < 8; ++i) some.push_back(all[rng() % all.size()]);
   SuiteStats st = runSuite(fresh, newRank, m, some, nullptr);
-  fprintf(stderr, "rank %d: recovered as rank %d of %d in %.0f ms: %d cases, %d failed\n",
-          ctx.rank, newRank, m, (nowSeconds() - t0) * 1000, st.cases, st.failedCases);
+  fprintf(stderr, "rank %d: recovered as rank %d of %d in %.0f ms: %d cases, %d failed\n", ctx.rank,
+          newRank, m, (nowSeconds() - t0) * 1000, st.cases, st.failedCases);
   if (st.failedCases != 0 || st.apiErrors != 0) fail("collectives after recovery");
   r = loomCommDestroy(fresh);
-  if (r != loomSuccess) fail(std::string("destroying the new communicator: ") + loomGetLastError(nullptr));
+  if (r != loomSuccess)
+    fail(std::string("destroying the new communicator: ") + loomGetLastError(nullptr));
   for (const std::string& l : leaks(before, hashes, p.nranks)) fail("after recovery: " + l);
   return failures == 0 ? 0 : 1;
 }
@@ -278,8 +279,8 @@ class RandomKillTest : public ::testing::TestWithParam<bool> {};
 TEST_P(RandomKillTest, SurvivorsFailNameTheRankLeakNothingAndRecover) {
   const int seeds = envInt("LOOM_FAULT_SEEDS", kDefaultSeeds);
   const int first = envInt("LOOM_FAULT_SEED", 1);
-  auto* page = static_cast<FaultPage*>(mmap(nullptr, sizeof(FaultPage), PROT_READ | PROT_WRITE,
-                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* page = static_cast<FaultPage*>(
+      mmap(nullptr, sizeof(FaultPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(page, MAP_FAILED);
   int passed = 0, survivors = 0, direct = 0;
   const double start = nowSeconds();
@@ -292,12 +293,11 @@ TEST_P(RandomKillTest, SurvivorsFailNameTheRankLeakNothingAndRecover) {
     opts.shm = plan.shm;
     opts.timeoutMs = kTimeoutMs;
     opts.idFromParent = kIdFromParent;  // no LOOM_COMM_ID: the survivors' id is a fresh one
-    opts.initComm = false;     // each rank counts its fds and threads before init
-    opts.failGraceMs = 30000;  // the victim's death must not end the others
+    opts.initComm = false;              // each rank counts its fds and threads before init
+    opts.failGraceMs = 30000;           // the victim's death must not end the others
     opts.deadlineMs = 60000;
-    LaunchResult res = launch(opts, [&plan, page](RankContext& ctx) {
-      return killRank(plan, page, ctx);
-    });
+    LaunchResult res =
+        launch(opts, [&plan, page](RankContext& ctx) { return killRank(plan, page, ctx); });
     bool ok = res.error.empty() && res.ranks.size() == static_cast<size_t>(plan.nranks);
     for (const RankOutcome& o : res.ranks) {
       if (o.rank == plan.victim)

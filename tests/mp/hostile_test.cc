@@ -13,8 +13,11 @@
 // /loom-<hash, 16 hex>-<rank> (shm_setup.cc). A captured hello is one made with the right
 // secret for a challenge the listener sent on another connection.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -29,9 +32,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -147,8 +147,8 @@ std::string capturedHello(uint32_t magic, const char* context, const std::string
 }
 std::string transportHello(const std::string& secret, int rank, int listener) {
   const uint64_t hash = commHashOf(secret);
-  std::string fields = le32(static_cast<uint32_t>(rank)) + le32(static_cast<uint32_t>(listener)) +
-                       le64(hash);
+  std::string fields =
+      le32(static_cast<uint32_t>(rank)) + le32(static_cast<uint32_t>(listener)) + le64(hash);
   // The transport hello carries its fields after the magic, the nonce and MAC after them.
   std::string h = capturedHello(0x4c4d5443u, "loom/tcp/1", secret, fields, "");
   if (h.empty()) return h;
@@ -208,7 +208,7 @@ constexpr int kRanks = 3;
 constexpr int kLate = 2;  // joins only after the strangers have connected to the others
 
 struct Attack {
-  std::vector<int> fds;          // the strangers' connections, kept open
+  std::vector<int> fds;  // the strangers' connections, kept open
   std::vector<std::string> what;
   std::vector<sockaddr_in> targets;  // every listener attacked
   std::vector<std::string> notLoopback;
@@ -326,7 +326,8 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
     std::vector<sockaddr_in> all = at.targets;
     all.push_back(root);
     for (const sockaddr_in& a : all) {
-      for (const std::string& bytes : {transportHello(at.secret, 0, 1), ringHello(at.secret, 0, 1)}) {
+      for (const std::string& bytes :
+           {transportHello(at.secret, 0, 1), ringHello(at.secret, 0, 1)}) {
         ++replays;
         int fd = dial(a);
         if (fd < 0) continue;  // refused: nothing listens any more
@@ -340,8 +341,7 @@ TEST(Hostile, StrangersAtTransportAndRingListenersThenReplays) {
   };
   LaunchResult res = launch(opts, [](RankContext& ctx) {
     if (!collectivesWork(ctx.comm, ctx.rank, ctx.nranks, "after the strangers")) return 1;
-    ctx.shared->words[3 + ctx.rank].store(
-        static_cast<uint32_t>(listeningSockets(getpid()).size()));
+    ctx.shared->words[3 + ctx.rank].store(static_cast<uint32_t>(listeningSockets(getpid()).size()));
     ctx.shared->counter.fetch_add(1);
     for (int i = 0; i < 6000 && ctx.shared->flag.load() != 2; ++i) usleep(10000);
     return collectivesWork(ctx.comm, ctx.rank, ctx.nranks, "after the replays") ? 0 : 1;
@@ -407,8 +407,9 @@ TEST_P(BindAddress, ListenersAreNeverOnAllInterfaces) {
           if (!seen.insert(addrText(a)).second) continue;
           sh->words[0].fetch_add(1);
           const uint32_t ip = a.sin_addr.s_addr;
-          bool ok = ifname == "lo" ? ntohl(ip) == INADDR_LOOPBACK
-                                   : (ifs.empty() ? ntohl(ip) == INADDR_LOOPBACK : ifs.count(ip) > 0);
+          bool ok = ifname == "lo"
+                        ? ntohl(ip) == INADDR_LOOPBACK
+                        : (ifs.empty() ? ntohl(ip) == INADDR_LOOPBACK : ifs.count(ip) > 0);
           if (!ok) {
             uint32_t k = sh->words[1].fetch_add(1);
             if (k < 2) {
@@ -499,8 +500,8 @@ bool checkSegments(int rank, int nranks, uint64_t hash, const char* which) {
     for (int r = 0; r < nranks; ++r) ours += name == shmName(hash, r);
   }
   if (ours != nranks) {
-    fprintf(stderr, "rank %d: %s: %d of %d segments named after hash %016llx mapped\n", rank,
-            which, ours, nranks, static_cast<unsigned long long>(hash));
+    fprintf(stderr, "rank %d: %s: %d of %d segments named after hash %016llx mapped\n", rank, which,
+            ours, nranks, static_cast<unsigned long long>(hash));
     ok = false;
   }
   return ok;
@@ -523,9 +524,9 @@ TEST(Hostile, SharedMemorySegmentsArePrivateAndPlantedOnesAreNeverOpened) {
       for (int r = 0; r < ctx.nranks; ++r) {
         int fd = shm_open(shmName(hash, r).c_str(), O_RDWR | O_CREAT | O_EXCL, 0666);
         if (fd < 0) continue;
-        bool planted = write(fd, marker.data(), marker.size()) ==
-                           static_cast<ssize_t>(marker.size()) &&
-                       fchmod(fd, 0666) == 0 && fchown(fd, kOtherUser, kOtherUser) == 0;
+        bool planted =
+            write(fd, marker.data(), marker.size()) == static_cast<ssize_t>(marker.size()) &&
+            fchmod(fd, 0666) == 0 && fchown(fd, kOtherUser, kOtherUser) == 0;
         close(fd);
         if (planted) ctx.shared->words[8].fetch_add(1);
       }

@@ -43,8 +43,10 @@ int initExpecting(RankContext& ctx, loomResult_t want, const char* mention) {
     return 0;
   }
   std::vector<float> v(1000);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(ctx.rank + 1) * static_cast<float>(i);
-  if (loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, comm, nullptr) != loomSuccess)
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(ctx.rank + 1) * static_cast<float>(i);
+  if (loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, comm, nullptr) !=
+      loomSuccess)
     return 3;
   const float k = static_cast<float>(ctx.nranks * (ctx.nranks + 1) / 2);
   for (size_t i = 0; i < v.size(); ++i)
@@ -64,7 +66,8 @@ LaunchOptions netOptions(std::vector<std::pair<std::string, std::string>> env) {
 
 TEST(IbFallback, DefaultFallsBackToTcp) {
   if (rdmaPortPresent()) GTEST_SKIP() << "an active RDMA port exists; ib would be used";
-  auto res = launch(netOptions({}), [](RankContext& c) { return initExpecting(c, loomSuccess, ""); });
+  auto res =
+      launch(netOptions({}), [](RankContext& c) { return initExpecting(c, loomSuccess, ""); });
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 

@@ -5,7 +5,10 @@
 // Loom caches its variables at their first reading, so each case runs in fresh processes: the
 // harness forks the ranks with initComm and setCommId off, and beforeInit clears every launcher
 // variable (the test itself may run under srun or mpirun) before setting the case's own.
+#include "api/init_env.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,21 +21,33 @@
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "api/init_env.h"
 #include "harness.h"
 
 namespace loomtest {
 namespace {
 
 // Every variable loomCommInitFromEnv reads.
-constexpr const char* kLauncherVars[] = {
-    "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_COMM_ID", "LOOM_COMM_PORT", "LOOM_COMM_SECRET",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_JOB_ID",
-    "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+constexpr const char* kLauncherVars[] = {"LOOM_RANK",
+                                         "LOOM_WORLD_SIZE",
+                                         "LOOM_COMM_ID",
+                                         "LOOM_COMM_PORT",
+                                         "LOOM_COMM_SECRET",
+                                         "RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_LOCALID",
+                                         "SLURM_STEP_ID",
+                                         "SLURM_JOB_ID",
+                                         "SLURM_STEP_NODELIST",
+                                         "SLURM_JOB_NODELIST",
+                                         "SLURM_NODELIST"};
 
 using Vars = std::vector<std::pair<std::string, std::string>>;
 using VarsFn = std::function<Vars(const RankContext&)>;
@@ -144,9 +159,9 @@ TEST(InitFromEnv, OpenMpiWithMasterAddr) {
 
 TEST(InitFromEnv, SlurmWithCommPort) {
   expectRanksJoin(3, [](const RankContext& c) {
-    return Vars{{"SLURM_PROCID", str(c.rank)},    {"SLURM_NTASKS", str(c.nranks)},
-                {"SLURM_LOCALID", str(c.rank)},   {"SLURM_STEP_ID", "0"},
-                {"SLURM_JOB_ID", "4242"},         {"SLURM_JOB_NODELIST", "127.0.0.[1-4,9]"},
+    return Vars{{"SLURM_PROCID", str(c.rank)},  {"SLURM_NTASKS", str(c.nranks)},
+                {"SLURM_LOCALID", str(c.rank)}, {"SLURM_STEP_ID", "0"},
+                {"SLURM_JOB_ID", "4242"},       {"SLURM_JOB_NODELIST", "127.0.0.[1-4,9]"},
                 {"LOOM_COMM_PORT", str(c.port)}};
   });
 }

@@ -115,8 +115,8 @@ std::vector<std::string> leaks(const Footprint& before, const std::vector<uint64
     problems.push_back(std::to_string(now.fds) + " open fds, " + std::to_string(before.fds) +
                        " before init");
   if (threadsLeft(now))
-    problems.push_back(std::to_string(now.threads) + " threads, " +
-                       std::to_string(before.threads) + " before init:" + threadList());
+    problems.push_back(std::to_string(now.threads) + " threads, " + std::to_string(before.threads) +
+                       " before init:" + threadList());
   for (uint64_t h : hashes) {
     if (h == 0) problems.push_back("could not learn a communicator's hash");
     for (const std::string& s : segmentsOf(h, nranks)) problems.push_back(s + " remains");

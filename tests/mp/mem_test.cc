@@ -26,7 +26,9 @@ int countMemSegments() {
   return n;
 }
 
-float inputOf(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)); }
+float inputOf(int rank, size_t i) {
+  return static_cast<float>(rank * 1000 + static_cast<int>(i % 997));
+}
 
 int allReduceOnMemAlloc(RankContext& ctx, int plainRank, bool inPlace, loomRedOp_t op,
                         size_t count) {
@@ -109,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MemCase{4, -1, false, loomMax}, MemCase{4, 0, true, loomSum}),
     [](const ::testing::TestParamInfo<MemCase>& i) {
       return std::to_string(i.param.nranks) + "ranks_" +
-             (i.param.plainRank < 0 ? std::string("all") : "plain" + std::to_string(i.param.plainRank)) +
+             (i.param.plainRank < 0 ? std::string("all")
+                                    : "plain" + std::to_string(i.param.plainRank)) +
              (i.param.inPlace ? "_inplace" : "_outofplace") + "_op" + std::to_string(i.param.op);
     });
 

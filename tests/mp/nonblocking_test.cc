@@ -119,8 +119,8 @@ int initThenQueueRank(RankContext& ctx) {
   rs.push_back(loomAllReduce(inPlace.data(), inPlace.data(), count, loomFloat32, loomMax, ctx.comm,
                              nullptr));
   rs.push_back(loomAllGather(a.data(), gathered.data(), count, loomFloat32, ctx.comm, nullptr));
-  rs.push_back(loomBroadcast(root2.data(), bcast.data(), count, loomFloat32, 2 % n, ctx.comm,
-                             nullptr));
+  rs.push_back(
+      loomBroadcast(root2.data(), bcast.data(), count, loomFloat32, 2 % n, ctx.comm, nullptr));
   // A group of one reduce-scatter and a ring of sends and receives.
   std::vector<float> toNext(1000), fromPrev(1000, -1);
   for (size_t i = 0; i < toNext.size(); ++i) toNext[i] = input(ctx.rank, i, 3);
@@ -159,7 +159,8 @@ int initThenQueueRank(RankContext& ctx) {
     expect("sum", i, sum[i], s);
     expect("max", i, inPlace[i], m);
     expect("broadcast", i, bcast[i], root2[i]);
-    for (int q = 0; q < n; ++q) expect("allgather", q * count + i, gathered[q * count + i], input(q, i, 0));
+    for (int q = 0; q < n; ++q)
+      expect("allgather", q * count + i, gathered[q * count + i], input(q, i, 0));
   }
   for (size_t i = 0; i < scattered.size(); ++i) {
     const size_t at = static_cast<size_t>(ctx.rank) * scattered.size() + i;
@@ -224,7 +225,8 @@ int abortDuringInitRank(RankContext& ctx) {
     r = loomCommGetAsyncError(comm, &state);
     if (r == loomSuccess && state == loomInProgress)
       ++inProgress;
-    else if ((r == loomSuccess && state == loomSuccess) || (r != loomSuccess && r != loomInvalidArgument))
+    else if ((r == loomSuccess && state == loomSuccess) ||
+             (r != loomSuccess && r != loomInvalidArgument))
       ++other;
     usleep(1000);
   }

@@ -17,7 +17,8 @@ namespace loomtest {
 namespace {
 
 float valueOf(int rank, size_t i, int rep) {
-  return static_cast<float>((rank + 1) * 3 + static_cast<int>((i * 7 + static_cast<size_t>(rep)) % 1001));
+  return static_cast<float>((rank + 1) * 3 +
+                            static_cast<int>((i * 7 + static_cast<size_t>(rep)) % 1001));
 }
 
 int registeredCollectives(RankContext& ctx) {
@@ -46,8 +47,8 @@ int registeredCollectives(RankContext& ctx) {
       float want = 0;
       for (int r = 0; r < n; ++r) want += valueOf(r, i, rep);
       if (recv[i] != want) {
-        fprintf(stderr, "rank %d rep %d: allreduce[%zu] = %g, want %g\n", ctx.rank, rep, i,
-                recv[i], want);
+        fprintf(stderr, "rank %d rep %d: allreduce[%zu] = %g, want %g\n", ctx.rank, rep, i, recv[i],
+                want);
         return 3;
       }
     }

@@ -20,7 +20,9 @@
 namespace loomtest {
 namespace {
 
-double valueOf(int oldRank, size_t i) { return (oldRank + 1) * 1000.0 + static_cast<double>(i % 89); }
+double valueOf(int oldRank, size_t i) {
+  return (oldRank + 1) * 1000.0 + static_cast<double>(i % 89);
+}
 
 // An all-reduce on the new communicator: each rank contributes by its old rank; the result must
 // be the sum over the ranks that stayed.
@@ -77,8 +79,8 @@ int killThenShrinkRank(const KillParam& p, RankContext& ctx) {
   double t0 = nowSeconds();
   r = loomCommShrink(comm, &excluded, 1, &small, nullptr, p.flags);
   const double shrinkS = nowSeconds() - t0;
-  fprintf(stderr, "rank %d: loomCommShrink %.0f ms after the error: %s in %.0f ms: %s\n",
-          ctx.rank, (t0 - erredAt) * 1000, loomGetErrorString(r), shrinkS * 1000,
+  fprintf(stderr, "rank %d: loomCommShrink %.0f ms after the error: %s in %.0f ms: %s\n", ctx.rank,
+          (t0 - erredAt) * 1000, loomGetErrorString(r), shrinkS * 1000,
           r == loomSuccess ? "" : loomGetLastError(nullptr));
   if (r != loomSuccess) return 1;
   int n = 0, me = -1;
@@ -87,8 +89,8 @@ int killThenShrinkRank(const KillParam& p, RankContext& ctx) {
   const int want = ctx.rank < p.victim ? ctx.rank : ctx.rank - 1;
   int failures = 0;
   if (n != ctx.nranks - 1 || me != want) {
-    fprintf(stderr, "rank %d: FAIL new communicator: rank %d of %d, expected %d of %d\n",
-            ctx.rank, me, n, want, ctx.nranks - 1);
+    fprintf(stderr, "rank %d: FAIL new communicator: rank %d of %d, expected %d of %d\n", ctx.rank,
+            me, n, want, ctx.nranks - 1);
     ++failures;
   }
   hashes.push_back(commHash(small));
@@ -123,17 +125,17 @@ TEST_P(ShrinkAfterKillTest, SurvivorsShrinkAndAllReduceOnThreeRanks) {
 }
 
 // Victim 0 moves the new rendezvous to rank 1; victim 2 leaves rank 0 hosting it.
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ShrinkAfterKillTest,
-    ::testing::Values(std::make_tuple(true, 2, LOOM_SHRINK_DEFAULT),
-                      std::make_tuple(true, 0, LOOM_SHRINK_ABORT),
-                      std::make_tuple(false, 2, LOOM_SHRINK_ABORT),
-                      std::make_tuple(false, 0, LOOM_SHRINK_DEFAULT)),
-    [](const ::testing::TestParamInfo<std::tuple<bool, int, int>>& info) {
-      return std::string(std::get<0>(info.param) ? "shm" : "tcp") + "_victim" +
-             std::to_string(std::get<1>(info.param)) +
-             (std::get<2>(info.param) == LOOM_SHRINK_ABORT ? "_abort" : "_default");
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, ShrinkAfterKillTest,
+                         ::testing::Values(std::make_tuple(true, 2, LOOM_SHRINK_DEFAULT),
+                                           std::make_tuple(true, 0, LOOM_SHRINK_ABORT),
+                                           std::make_tuple(false, 2, LOOM_SHRINK_ABORT),
+                                           std::make_tuple(false, 0, LOOM_SHRINK_DEFAULT)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int, int>>& info) {
+                           return std::string(std::get<0>(info.param) ? "shm" : "tcp") + "_victim" +
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) == LOOM_SHRINK_ABORT ? "_abort"
+                                                                                : "_default");
+                         });
 
 // Rank 3 stays alive but is left out and never calls loomCommShrink. The others first try bad
 // arguments, then shrink (the new communicator non-blocking, polled to success), twice in a

@@ -85,20 +85,22 @@ int ticketsRank(RankContext& ctx) {
   for (size_t i = 0; i < toNext.size(); ++i) toNext[i] = input(ctx.rank, i, 3);
 
   std::vector<uint64_t> tickets;
-  c.expectResult("all-reduce", loomAllReduce(a.data(), sum.data(), count, loomFloat32, loomSum,
-                                             ctx.comm, nullptr),
-                 loomInProgress);
+  c.expectResult(
+      "all-reduce",
+      loomAllReduce(a.data(), sum.data(), count, loomFloat32, loomSum, ctx.comm, nullptr),
+      loomInProgress);
   tickets.push_back(lastTicket(ctx.comm));
   if (ctx.rank != late)  // held up by the late rank: a test (timeout 0) says in progress
     c.expectResult("test of the held-up all-reduce", loomCommWaitTicket(ctx.comm, tickets[0], 0),
                    loomInProgress);
-  c.expectResult("all-gather", loomAllGather(a.data(), gathered.data(), count, loomFloat32,
-                                             ctx.comm, nullptr),
+  c.expectResult("all-gather",
+                 loomAllGather(a.data(), gathered.data(), count, loomFloat32, ctx.comm, nullptr),
                  loomInProgress);
   tickets.push_back(lastTicket(ctx.comm));
-  c.expectResult("broadcast", loomBroadcast(bcast.data(), bcast.data(), count, loomFloat32, 1 % n,
-                                            ctx.comm, nullptr),
-                 loomInProgress);
+  c.expectResult(
+      "broadcast",
+      loomBroadcast(bcast.data(), bcast.data(), count, loomFloat32, 1 % n, ctx.comm, nullptr),
+      loomInProgress);
   tickets.push_back(lastTicket(ctx.comm));
   loomGroupStart();
   loomSend(toNext.data(), toNext.size(), loomFloat32, (ctx.rank + 1) % n, ctx.comm, nullptr);

@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,8 +57,8 @@ int lateRank(RankContext& ctx, size_t count, const std::string& dir) {
   std::vector<loomStragglerStat_t> st(static_cast<size_t>(ctx.nranks));
   if (loomCommGetStragglerSummary(ctx.comm, st.data(), ctx.nranks) != loomSuccess) return 3;
   const loomStragglerStat_t& late = st[2];
-  fprintf(stderr, "rank %d sees rank 2: last %llu of %llu, mean %.0f us, max %.0f us\n",
-          ctx.rank, late.timesLast, late.ops, late.meanLateUs, late.maxLateUs);
+  fprintf(stderr, "rank %d sees rank 2: last %llu of %llu, mean %.0f us, max %.0f us\n", ctx.rank,
+          late.timesLast, late.ops, late.meanLateUs, late.maxLateUs);
   if (late.ops != static_cast<unsigned long long>(kOps)) return 4;
   if (late.timesLast < static_cast<unsigned long long>(kLateTo - kLateFrom)) return 5;
   if (late.maxLateUs < kLateMs * 1000 * 0.8) return 6;
@@ -226,8 +226,8 @@ TEST(Straggler, MissingRankOverTcpNamesItsLastOperation) {
       while (ctx.shared->flag.load() == 0) usleep(10000);
       return 0;
     }
-    loomResult_t r = loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm,
-                                   nullptr);
+    loomResult_t r =
+        loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr);
     std::string msg = loomGetLastError(ctx.comm);
     ctx.shared->flag.store(1);
     fprintf(stderr, "rank 0: %d %s\n", r, msg.c_str());
@@ -331,8 +331,8 @@ void directFirstArrivals(size_t count, const char* proto) {
       const int64_t enter2 = timeOf(op.arrivals, 2);
       if (enter2 >= 0 && first2 < enter2) {
         fprintf(stderr, "rank %d seq %llu: rank 2's data at %lld before its entry at %lld\n",
-                ctx.rank, static_cast<unsigned long long>(op.seq),
-                static_cast<long long>(first2), static_cast<long long>(enter2));
+                ctx.rank, static_cast<unsigned long long>(op.seq), static_cast<long long>(first2),
+                static_cast<long long>(enter2));
         return 7;
       }
       (op.seq % 2 == 0 ? lateUs : onTimeUs).push_back((first2 - op.enterNs) / 1e3);
@@ -342,8 +342,10 @@ void directFirstArrivals(size_t count, const char* proto) {
       return v[v.size() / 2];
     };
     const double late = median(lateUs), onTime = median(onTimeUs);
-    fprintf(stderr, "rank %d: rank 2's first data after entry: median %.0f us when late, %.0f us"
-            " otherwise\n", ctx.rank, late, onTime);
+    fprintf(stderr,
+            "rank %d: rank 2's first data after entry: median %.0f us when late, %.0f us"
+            " otherwise\n",
+            ctx.rank, late, onTime);
     // The median, so that one stretched sleep or wake-up on a busy machine does not decide.
     if (late < kDelayUs * 0.8 || late > kDelayUs * 5) return 8;
     if (onTime > kDelayUs / 2) return 9;
@@ -383,8 +385,8 @@ void directProtoIs(const std::string& protoEnv, const std::string& expected, siz
     if (ops.size() != 3) return 4;
     for (const DumpedOp& op : ops)
       if (op.proto != expected) {
-        fprintf(stderr, "LOOM_PROTO=%s: rank %d ran %s, expected %s\n", protoEnv.c_str(),
-                ctx.rank, op.proto.c_str(), expected.c_str());
+        fprintf(stderr, "LOOM_PROTO=%s: rank %d ran %s, expected %s\n", protoEnv.c_str(), ctx.rank,
+                op.proto.c_str(), expected.c_str());
         return 5;
       }
     return 0;
@@ -403,10 +405,10 @@ TEST(Straggler, DirectProtoFollowsTheSelection) {
 // The low-latency form carries up to 384 bytes (48 in the first line, 56 in each of six more)
 // where every rank has a core, and one line's 48 where ranks outnumber the cores.
 TEST(Straggler, DirectLowLatencyUpToItsLines) {
-  directProtoIs("", "LL", 12);          // 48 B: one line
-  directProtoIs("", "LL", 13);          // 52 B: a second line
-  directProtoIs("", "LL", 96);          // 384 B: every line
-  directProtoIs("", "symmetric", 97);   // 388 B
+  directProtoIs("", "LL", 12);         // 48 B: one line
+  directProtoIs("", "LL", 13);         // 52 B: a second line
+  directProtoIs("", "LL", 96);         // 384 B: every line
+  directProtoIs("", "symmetric", 97);  // 388 B
   const bool outnumbered = allowedCpus().size() < 3;
   directProtoIs("", "LL", 12, 3);
   directProtoIs("", outnumbered ? "symmetric" : "LL", 13, 3);
@@ -440,8 +442,8 @@ std::vector<std::pair<std::string, int>> statesOf(const std::string& json) {
     const size_t st = json.find("\"state\":\"", p);
     if (c == std::string::npos || st == std::string::npos) break;
     const size_t from = st + 9;
-    out.push_back({json.substr(from, json.find('"', from) - from),
-                   std::atoi(json.c_str() + c + 11)});
+    out.push_back(
+        {json.substr(from, json.find('"', from) - from), std::atoi(json.c_str() + c + 11)});
   }
   return out;
 }
@@ -480,8 +482,8 @@ TEST(Straggler, QueuedOperationsAreRecordedEnqueuedThenStarted) {
     std::vector<float> x(4096, static_cast<float>(ctx.rank + 1));
     std::vector<std::vector<float>> y(3, std::vector<float>(x.size(), -1));
     for (auto& out : y)
-      if (loomAllReduce(x.data(), out.data(), x.size(), loomFloat32, loomSum, ctx.comm,
-                        nullptr) != loomInProgress)
+      if (loomAllReduce(x.data(), out.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr) !=
+          loomInProgress)
         return fail("a queued all-reduce did not return loomInProgress");
     if (ctx.rank == 0) {
       usleep(150000);

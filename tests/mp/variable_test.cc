@@ -133,16 +133,20 @@ void runBoth(int nranks, const RankFn& fn, const char* what) {
 
 TEST(VariableBlocks, AllToAllvSmallAndLargeBlocks) {
   for (int n : {2, 3, 4}) {
-    runBoth(n, [](RankContext& c) { return allToAllvRank(c, 1); }, "small blocks");
+    runBoth(
+        n, [](RankContext& c) { return allToAllvRank(c, 1); }, "small blocks");
     // Blocks up to 6 * 20000 int64 (960 KB): past a slot, in several pieces.
-    runBoth(n, [](RankContext& c) { return allToAllvRank(c, 20000); }, "large blocks");
+    runBoth(
+        n, [](RankContext& c) { return allToAllvRank(c, 20000); }, "large blocks");
   }
 }
 
 TEST(VariableBlocks, GatherAndScatterFromEveryRoot) {
   for (int n : {2, 3, 4}) {
-    runBoth(n, [](RankContext& c) { return gatherScatterRank(c, 7); }, "7 elements");
-    runBoth(n, [](RankContext& c) { return gatherScatterRank(c, 70000); }, "70000 elements");
+    runBoth(
+        n, [](RankContext& c) { return gatherScatterRank(c, 7); }, "7 elements");
+    runBoth(
+        n, [](RankContext& c) { return gatherScatterRank(c, 70000); }, "70000 elements");
   }
 }
 
@@ -177,16 +181,16 @@ int badArgumentsRank(RankContext& ctx) {
               loomInvalidArgument, "datatype", "bad datatype");
   ok &= fails(loomGather(buf, buf, 1, loomInt64, 2, c, nullptr), loomInvalidArgument,
               "root: 2 is outside [0, 2)", "gather root");
-  ok &= fails(loomScatter(buf, buf, 1, loomInt64, -1, c, nullptr), loomInvalidArgument,
-              "root: -1", "scatter root");
+  ok &= fails(loomScatter(buf, buf, 1, loomInt64, -1, c, nullptr), loomInvalidArgument, "root: -1",
+              "scatter root");
   ok &= fails(loomGather(buf, nullptr, 1, loomInt64, me, c, nullptr), loomInvalidArgument,
               "recvbuff", "gather NULL recvbuff on the root");
   ok &= fails(loomScatter(nullptr, buf, 1, loomInt64, me, c, nullptr), loomInvalidArgument,
               "sendbuff", "scatter NULL sendbuff on the root");
   ok &= fails(loomGather(buf, buf, SIZE_MAX / 8, loomInt64, 0, c, nullptr), loomInvalidArgument,
               "sendcount", "gather count overflow");
-  ok &= fails(loomGather(buf, buf, 1, loomInt64, 0, nullptr, nullptr), loomInvalidArgument,
-              "comm", "NULL comm");
+  ok &= fails(loomGather(buf, buf, 1, loomInt64, 0, nullptr, nullptr), loomInvalidArgument, "comm",
+              "NULL comm");
   // Counts that differ between the ranks: rank 0 sends 2 to rank 1, which expects 1. Both
   // fail, neither hangs: a rank that finds the mismatch names it, and the communicator fails
   // on the other too, with the mismatch or with the first rank's failure.
@@ -195,7 +199,8 @@ int badArgumentsRank(RankContext& ctx) {
       loomAllToAllv(buf, mine, nullptr, buf + 4, mine, nullptr, loomInt64, c, nullptr);
   const std::string msg = loomGetLastError(nullptr);
   const bool named = r == loomInvalidUsage && msg.find("expected") != std::string::npos;
-  const bool peerFailed = r == loomRemoteError && msg.find("failed or aborted") != std::string::npos;
+  const bool peerFailed =
+      r == loomRemoteError && msg.find("failed or aborted") != std::string::npos;
   if (!named && !peerFailed) {
     fprintf(stderr, "mismatched counts: got %s '%s'\n", loomGetErrorString(r), msg.c_str());
     ok = 0;
@@ -230,9 +235,8 @@ int afterRefusalRank(RankContext& ctx) {
   int64_t got[2] = {0, 0};
   CHECK_LOOM(loomGather(&buf[0], got, 1, loomInt64, 0, ctx.comm, nullptr));
   if (sum != 3 || (ctx.rank == 0 && (got[0] != 1 || got[1] != 2))) {
-    fprintf(stderr, "rank %d: sum %lld gathered %lld %lld\n", ctx.rank,
-            static_cast<long long>(sum), static_cast<long long>(got[0]),
-            static_cast<long long>(got[1]));
+    fprintf(stderr, "rank %d: sum %lld gathered %lld %lld\n", ctx.rank, static_cast<long long>(sum),
+            static_cast<long long>(got[0]), static_cast<long long>(got[1]));
     return 1;
   }
   return 0;

@@ -69,8 +69,8 @@ int untilError(loomComm_t comm, int rank, int nranks) {
   const long long t0 = realtimeMs();
   const loomResult_t aborted = loomCommAbort(comm);
   const long long abortMs = realtimeMs() - t0;
-  printf("ERROR rank %d at_ms=%lld code=%s abort_ms=%lld: %s\n", rank, at,
-         loomGetErrorString(code), abortMs, message.c_str());
+  printf("ERROR rank %d at_ms=%lld code=%s abort_ms=%lld: %s\n", rank, at, loomGetErrorString(code),
+         abortMs, message.c_str());
   // runSuite counts the case that hit the API error as failed too; any other is a wrong result.
   const bool ok = st.apiErrors > 0 && st.failedCases == st.apiErrors && aborted == loomSuccess &&
                   abortMs < 2000 && (code == loomRemoteError || code == loomTimeout);

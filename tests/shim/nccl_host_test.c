@@ -6,9 +6,8 @@
  * runs on whichever libnccl.so.2 the loader finds (tests/shim/run.sh points it
  * at Loom's shim).
  * usage: nccl_host_test NRANKS       exit 0 when every check passed on every rank */
-#include <nccl.h>
-
 #include <math.h>
+#include <nccl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,24 +18,24 @@
 
 static int gRank, gN, gFailures;
 
-#define CHECK_OK(call)                                                                         \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    if (r_ != ncclSuccess) {                                                                   \
-      fprintf(stderr, "rank %d: %s:%d: %s -> %d (%s): %s\n", gRank, __FILE__, __LINE__, #call, \
-              r_, ncclGetErrorString(r_), ncclGetLastError(NULL));                             \
-      gFailures++;                                                                             \
-    }                                                                                          \
+#define CHECK_OK(call)                                                                             \
+  do {                                                                                             \
+    ncclResult_t r_ = (call);                                                                      \
+    if (r_ != ncclSuccess) {                                                                       \
+      fprintf(stderr, "rank %d: %s:%d: %s -> %d (%s): %s\n", gRank, __FILE__, __LINE__, #call, r_, \
+              ncclGetErrorString(r_), ncclGetLastError(NULL));                                     \
+      gFailures++;                                                                                 \
+    }                                                                                              \
   } while (0)
 
-#define EXPECT(cond, ...)                                            \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      fprintf(stderr, "rank %d: line %d: ", gRank, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                                  \
-      fprintf(stderr, "\n");                                         \
-      gFailures++;                                                   \
-    }                                                                \
+#define EXPECT(cond, ...)                                     \
+  do {                                                        \
+    if (!(cond)) {                                            \
+      fprintf(stderr, "rank %d: line %d: ", gRank, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                           \
+      fprintf(stderr, "\n");                                  \
+      gFailures++;                                            \
+    }                                                         \
   } while (0)
 
 /* ---- Values: small integers, exact in every type (half and bfloat16 too) ---- */
@@ -50,10 +49,18 @@ static int isFloat(ncclDataType_t t) {
 }
 static size_t sizeOf(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    default: return 8;
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -68,8 +75,14 @@ static uint16_t toHalf(double v) { /* exact for integers of magnitude < 2048 */
   uint16_t sign = v < 0 ? 0x8000 : 0;
   double a = fabs(v);
   int e = 0;
-  while (a >= 2) { a /= 2; e++; }
-  while (a < 1) { a *= 2; e--; }
+  while (a >= 2) {
+    a /= 2;
+    e++;
+  }
+  while (a < 1) {
+    a *= 2;
+    e--;
+  }
   return (uint16_t)(sign | ((e + 15) << 10) | (uint16_t)lround((a - 1) * 1024));
 }
 static double fromHalf(uint16_t h) {
@@ -93,30 +106,60 @@ static double fromBf16(uint16_t b) {
 
 static void put(void* buf, size_t i, ncclDataType_t t, double v) {
   switch (t) {
-    case ncclInt8: ((int8_t*)buf)[i] = (int8_t)v; break;
-    case ncclUint8: ((uint8_t*)buf)[i] = (uint8_t)v; break;
-    case ncclInt32: ((int32_t*)buf)[i] = (int32_t)v; break;
-    case ncclUint32: ((uint32_t*)buf)[i] = (uint32_t)v; break;
-    case ncclInt64: ((int64_t*)buf)[i] = (int64_t)v; break;
-    case ncclUint64: ((uint64_t*)buf)[i] = (uint64_t)v; break;
-    case ncclFloat16: ((uint16_t*)buf)[i] = toHalf(v); break;
-    case ncclBfloat16: ((uint16_t*)buf)[i] = toBf16(v); break;
-    case ncclFloat32: ((float*)buf)[i] = (float)v; break;
-    default: ((double*)buf)[i] = v; break;
+    case ncclInt8:
+      ((int8_t*)buf)[i] = (int8_t)v;
+      break;
+    case ncclUint8:
+      ((uint8_t*)buf)[i] = (uint8_t)v;
+      break;
+    case ncclInt32:
+      ((int32_t*)buf)[i] = (int32_t)v;
+      break;
+    case ncclUint32:
+      ((uint32_t*)buf)[i] = (uint32_t)v;
+      break;
+    case ncclInt64:
+      ((int64_t*)buf)[i] = (int64_t)v;
+      break;
+    case ncclUint64:
+      ((uint64_t*)buf)[i] = (uint64_t)v;
+      break;
+    case ncclFloat16:
+      ((uint16_t*)buf)[i] = toHalf(v);
+      break;
+    case ncclBfloat16:
+      ((uint16_t*)buf)[i] = toBf16(v);
+      break;
+    case ncclFloat32:
+      ((float*)buf)[i] = (float)v;
+      break;
+    default:
+      ((double*)buf)[i] = v;
+      break;
   }
 }
 static double get(const void* buf, size_t i, ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: return ((const int8_t*)buf)[i];
-    case ncclUint8: return ((const uint8_t*)buf)[i];
-    case ncclInt32: return ((const int32_t*)buf)[i];
-    case ncclUint32: return ((const uint32_t*)buf)[i];
-    case ncclInt64: return (double)((const int64_t*)buf)[i];
-    case ncclUint64: return (double)((const uint64_t*)buf)[i];
-    case ncclFloat16: return fromHalf(((const uint16_t*)buf)[i]);
-    case ncclBfloat16: return fromBf16(((const uint16_t*)buf)[i]);
-    case ncclFloat32: return ((const float*)buf)[i];
-    default: return ((const double*)buf)[i];
+    case ncclInt8:
+      return ((const int8_t*)buf)[i];
+    case ncclUint8:
+      return ((const uint8_t*)buf)[i];
+    case ncclInt32:
+      return ((const int32_t*)buf)[i];
+    case ncclUint32:
+      return ((const uint32_t*)buf)[i];
+    case ncclInt64:
+      return (double)((const int64_t*)buf)[i];
+    case ncclUint64:
+      return (double)((const uint64_t*)buf)[i];
+    case ncclFloat16:
+      return fromHalf(((const uint16_t*)buf)[i]);
+    case ncclBfloat16:
+      return fromBf16(((const uint16_t*)buf)[i]);
+    case ncclFloat32:
+      return ((const float*)buf)[i];
+    default:
+      return ((const double*)buf)[i];
   }
 }
 
@@ -125,10 +168,14 @@ static double reference(ncclRedOp_t op, size_t i, ncclDataType_t t, int n, doubl
   double acc = value(0, i, t) * scale;
   for (int r = 1; r < n; r++) {
     double v = value(r, i, t) * scale;
-    if (op == ncclProd) acc *= v;
-    else if (op == ncclMax) acc = v > acc ? v : acc;
-    else if (op == ncclMin) acc = v < acc ? v : acc;
-    else acc += v;
+    if (op == ncclProd)
+      acc *= v;
+    else if (op == ncclMax)
+      acc = v > acc ? v : acc;
+    else if (op == ncclMin)
+      acc = v < acc ? v : acc;
+    else
+      acc += v;
   }
   if (op == ncclAvg) acc = isFloat(t) ? acc / n : (double)((long long)acc / n); /* C division */
   return acc;
@@ -149,9 +196,8 @@ static void* fill(size_t count, ncclDataType_t t, int r) {
 /* ---- The checks ---- */
 
 static void checkAllReduce(ncclComm_t comm, size_t count) {
-  const ncclDataType_t types[] = {ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64,
-                                  ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64,
-                                  ncclBfloat16};
+  const ncclDataType_t types[] = {ncclInt8,   ncclUint8,   ncclInt32,   ncclUint32,  ncclInt64,
+                                  ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16};
   const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
   for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
     for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
@@ -261,7 +307,8 @@ static void checkGatherScatterFamily(ncclComm_t comm, size_t count) {
     expectRankBlocks(g, count, "allgather pass", pass);
     memset(g, 0, count * n * 8);
     for (size_t i = 0; i < count; i++) g[(size_t)gRank * count + i] = value(gRank, i, ncclInt64);
-    if (pass == 0) CHECK_OK(ncclAllGather(g + (size_t)gRank * count, g, count, ncclInt64, comm, NULL));
+    if (pass == 0)
+      CHECK_OK(ncclAllGather(g + (size_t)gRank * count, g, count, ncclInt64, comm, NULL));
   }
   /* ReduceScatter: rank r gets block r of the reduction of every rank's whole input. */
   const ncclRedOp_t ops[] = {ncclSum, ncclMax};
@@ -316,8 +363,8 @@ static void checkSendRecv(ncclComm_t comm, size_t count) {
 static void checkErrors(ncclComm_t comm) {
   int x = 1, y = 0;
   ncclResult_t r = ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, NULL, NULL);
-  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "comm"),
-         "NULL comm: %d '%s'", r, ncclGetLastError(NULL));
+  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "comm"), "NULL comm: %d '%s'",
+         r, ncclGetLastError(NULL));
   r = ncclAllReduce(&x, &y, 1, (ncclDataType_t)99, ncclSum, comm, NULL);
   EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "datatype"),
          "bad datatype: %d '%s'", r, ncclGetLastError(NULL));
@@ -325,8 +372,8 @@ static void checkErrors(ncclComm_t comm) {
   EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "op"), "bad op: %d '%s'", r,
          ncclGetLastError(NULL));
   r = ncclBroadcast(&x, &y, 1, ncclInt32, gN, comm, NULL);
-  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "root"),
-         "bad root: %d '%s'", r, ncclGetLastError(NULL));
+  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "root"), "bad root: %d '%s'", r,
+         ncclGetLastError(NULL));
   r = ncclGather(&x, &y, 1, ncclInt32, -1, comm, NULL);
   EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "root"),
          "gather bad root: %d '%s'", r, ncclGetLastError(NULL));

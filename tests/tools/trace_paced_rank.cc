@@ -8,10 +8,10 @@
 // one machine share (the script picks START_NS a few seconds ahead, past the set-up; a rank
 // that is not ready by then fails). No collective is spent agreeing on the start, so every
 // recorded operation is a paced one. Whatever lateness the flight recorders then show comes
-// from the library (LOOM_INJECT_DELAY) or from the link, not from the program. Each result is checked against
-// its closed form. The recorder is dumped into LOOM_TRACE_DIR when the communicator is
-// destroyed. Prints "PASS rank R" and how many operations overran their period (an overrun
-// makes the next entry late, which the test must know about).
+// from the library (LOOM_INJECT_DELAY) or from the link, not from the program. Each result is
+// checked against its closed form. The recorder is dumped into LOOM_TRACE_DIR when the communicator
+// is destroyed. Prints "PASS rank R" and how many operations overran their period (an overrun makes
+// the next entry late, which the test must know about).
 #include <time.h>
 
 #include <cerrno>

@@ -28,8 +28,8 @@ struct Ring {
   int nranks = 3, nops = 12;
   int lateRank = -1;
   int64_t lateNs = 0;
-  std::vector<int64_t> linkNs;    // per sender
-  int64_t clockErrorNs = 0;       // written into every dump but rank 0's
+  std::vector<int64_t> linkNs;                     // per sender
+  int64_t clockErrorNs = 0;                        // written into every dump but rank 0's
   std::vector<std::vector<int64_t>> enter, first;  // [op][rank], rank 0's clock
 };
 

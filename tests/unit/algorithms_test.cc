@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <cmath>
 #include <random>
 #include <string>
@@ -44,7 +43,8 @@ TEST(AlgorithmsTest, TreeIsShallow) {
   const int n = 64;
   int maxSteps = 0;
   for (int r = 0; r < n; ++r)
-    maxSteps = std::max(maxSteps, static_cast<int>(buildTreeAllReduce(r, n, 1 << 10).channels[0].size()));
+    maxSteps =
+        std::max(maxSteps, static_cast<int>(buildTreeAllReduce(r, n, 1 << 10).channels[0].size()));
   EXPECT_LE(maxSteps, 12);  // at most 3 children and 1 parent per tree, two trees
   // Recursive halving-doubling of one element: 2 log2(n) exchanges at most.
   for (int r = 0; r < n; ++r) EXPECT_LE(buildRhdAllReduce(r, n, 1).channels[0].size(), 12u);
@@ -124,8 +124,8 @@ TEST(CostModelTest, RecursiveDoublingOfferedAtLargeSizesUnlessPortsAreShared) {
     std::vector<int> hostOf;
     bool shared;
   } cases[] = {
-      {{0, 0}, false}, {{0, 0, 0, 0}, false}, {{0, 1, 2, 3}, false},
-      {{0, 0, 1, 1}, true}, {{0, 1, 0, 1}, true}, {{0, 1, 2, 2}, true},
+      {{0, 0}, false},      {{0, 0, 0, 0}, false}, {{0, 1, 2, 3}, false},
+      {{0, 0, 1, 1}, true}, {{0, 1, 0, 1}, true},  {{0, 1, 2, 2}, true},
   };
   for (const Case& k : cases) {
     EXPECT_EQ(portsShared(k.hostOf), k.shared) << ::testing::PrintToString(k.hostOf);
@@ -135,7 +135,8 @@ TEST(CostModelTest, RecursiveDoublingOfferedAtLargeSizesUnlessPortsAreShared) {
   // LOOM_ALGO naming rd offers it at any size.
   Result<Selection> sel = parseSelection("allreduce:rd,ring", "LOOM_ALGO", algoNames());
   ASSERT_TRUE(sel.isOk());
-  const std::vector<Algo> c = tunerCandidates(Coll::AllReduce, big, false, {0, 0, 1, 1}, sel.value());
+  const std::vector<Algo> c =
+      tunerCandidates(Coll::AllReduce, big, false, {0, 0, 1, 1}, sel.value());
   EXPECT_NE(std::find(c.begin(), c.end(), Algo::Rd), c.end());
 }
 
@@ -163,7 +164,7 @@ TEST(CostModelTest, RingOrRhdBestForLargeMessages) {
   const CostModel model = defaultCostModel();
   for (int n : {4, 8}) {
     const LinkMap links = hostsMap(n, n, Link::Shm, Link::Tcp);  // one host
-    const size_t count = size_t{16} << 20;                      // 64 MiB of floats
+    const size_t count = size_t{16} << 20;                       // 64 MiB of floats
     const double tree = estimateUs(Algo::Tree, Coll::AllReduce, n, count, 4, model, links);
     const double ring = estimateUs(Algo::Ring, Coll::AllReduce, n, count, 4, model, links);
     const double rhd = estimateUs(Algo::Rhd, Coll::AllReduce, n, count, 4, model, links);
@@ -191,8 +192,8 @@ TEST(CostModelTest, PredictsAHandComputedExchange) {
   for (int r = 0; r < 2; ++r) {
     s.push_back(emptySchedule(Coll::AllReduce, "test", r, 2, -1, 100));
     s[r].channels[0] = {makeStep(StepOp::Send, -1, 1 - r, {Buf::Send, 0}, {}, 100, kPre),
-                        makeStep(StepOp::RecvReduceCopy, 1 - r, -1, {Buf::Send, 0},
-                                 {Buf::Recv, 0}, 100, kPre | kPost)};
+                        makeStep(StepOp::RecvReduceCopy, 1 - r, -1, {Buf::Send, 0}, {Buf::Recv, 0},
+                                 100, kPre | kPost)};
   }
   EXPECT_NEAR(predictUs(s, 4, model, links), 4.0 + 10.0 + 0.4, 1e-9);
   // An unmatched receive can never finish.
@@ -233,8 +234,10 @@ TEST(CostModelTest, RanksOfAHostShareItsPort) {
   std::vector<Schedule> s;
   for (int r = 0; r < 4; ++r) s.push_back(emptySchedule(Coll::AllGather, "test", r, 4, -1, 100));
   for (int r : {0, 1}) {
-    s[static_cast<size_t>(r)].channels[0] = {makeStep(StepOp::Send, -1, r + 2, {Buf::Send, 0}, {}, 100)};
-    s[static_cast<size_t>(r) + 2].channels[0] = {makeStep(StepOp::Recv, r, -1, {}, {Buf::Recv, 0}, 100)};
+    s[static_cast<size_t>(r)].channels[0] = {
+        makeStep(StepOp::Send, -1, r + 2, {Buf::Send, 0}, {}, 100)};
+    s[static_cast<size_t>(r) + 2].channels[0] = {
+        makeStep(StepOp::Recv, r, -1, {}, {Buf::Recv, 0}, 100)};
   }
   LinkMap links;
   links.hostOf = {0, 0, 1, 1};
@@ -340,10 +343,9 @@ TEST(SelectionTest, InvalidTextNamesTheVariable) {
     const char* text;
     const char* why;
   };
-  for (const Bad& b : {Bad{"allreduce:foo", "unknown name 'foo'"},
-                       Bad{"bogus:ring", "unknown collective 'bogus'"},
-                       Bad{"ring,,tree", "empty name"}, Bad{"allreduce:", "empty name"},
-                       Bad{"^", "empty name"}}) {
+  for (const Bad& b :
+       {Bad{"allreduce:foo", "unknown name 'foo'"}, Bad{"bogus:ring", "unknown collective 'bogus'"},
+        Bad{"ring,,tree", "empty name"}, Bad{"allreduce:", "empty name"}, Bad{"^", "empty name"}}) {
     Result<Selection> s = parseSelection(b.text, "LOOM_ALGO", algoNames());
     ASSERT_FALSE(s.isOk()) << b.text;
     const std::string msg = s.status().message();

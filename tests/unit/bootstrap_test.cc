@@ -566,11 +566,14 @@ TEST(AuthTest, HandshakeMacCoversEveryPartOfTheTranscript) {
     EXPECT_TRUE(m.isOk());
     return m.isOk() ? m.value() : auth::Mac{};
   };
-  auto part = [](const std::string& bytes) { return le32(static_cast<uint32_t>(bytes.size())) + bytes; };
+  auto part = [](const std::string& bytes) {
+    return le32(static_cast<uint32_t>(bytes.size())) + bytes;
+  };
   std::string transcript = part("loom/test/1") + part("connector") +
                            part(std::string(a.begin(), a.end())) +
                            part(std::string(c.begin(), c.end())) + part(fields);
-  auto direct = auth::hmacSha256(secret.data(), secret.size(), transcript.data(), transcript.size());
+  auto direct =
+      auth::hmacSha256(secret.data(), secret.size(), transcript.data(), transcript.size());
   ASSERT_TRUE(direct.isOk());
   const auth::Mac base = mac("loom/test/1", auth::Side::Connector, a, c, fields);
   EXPECT_EQ(base, direct.value());
@@ -643,8 +646,8 @@ TEST(BootstrapTest, StrangersAreTurnedAwayWhileRanksJoin) {
   // proof) for a rank out of range.
   struct Stranger {
     const char* what;
-    std::string bytes;   // sent at once
-    bool answers;        // reads its challenge, then answers it: `secret`, rank 7 of n
+    std::string bytes;  // sent at once
+    bool answers;       // reads its challenge, then answers it: `secret`, rank 7 of n
     std::string secret;
   };
   const Stranger strangers[] = {
@@ -830,9 +833,9 @@ TEST(BootstrapTest, FakeRootWithAWrongMacIsRefused) {
     std::string hello;
     if (readExactly(fd, &hello, kHelloBytes + infoFor(0).size())) {
       // A one-rank table after a proof made with another secret.
-      auto mac = auth::handshakeMac(std::string(kSecretBytes, 'x'), kRootContext,
-                                    auth::Side::Acceptor, nonce.data(), bytesOf(hello) + kOffNonce,
-                                    hello.substr(kOffFields));
+      auto mac =
+          auth::handshakeMac(std::string(kSecretBytes, 'x'), kRootContext, auth::Side::Acceptor,
+                             nonce.data(), bytesOf(hello) + kOffNonce, hello.substr(kOffFields));
       std::string reply = frame32(kProofMagic, mac.value().data());
       std::string body;
       putAddr(body, noAddress());
@@ -1025,13 +1028,14 @@ constexpr size_t kTcpHelloBytes = 80;
 // A transport hello from `rank` to `to` answering the listener nonce `challenge`.
 std::string tcpHello(const std::string& secret, const unsigned char* challenge, int rank, int to) {
   auth::Nonce mine = someNonce();
-  std::string fields = le32(static_cast<uint32_t>(rank)) + le32(static_cast<uint32_t>(to)) +
-                       le64(kTcpHash);
-  auto mac = auth::handshakeMac(secret, "loom/tcp/1", auth::Side::Connector, challenge,
-                                mine.data(), fields);
+  std::string fields =
+      le32(static_cast<uint32_t>(rank)) + le32(static_cast<uint32_t>(to)) + le64(kTcpHash);
+  auto mac = auth::handshakeMac(secret, "loom/tcp/1", auth::Side::Connector, challenge, mine.data(),
+                                fields);
   EXPECT_TRUE(mac.isOk());
   return le32(kTcpHelloMagic) + le32(static_cast<uint32_t>(rank)) + le64(kTcpHash) +
-         std::string(mine.begin(), mine.end()) + std::string(mac.value().begin(), mac.value().end());
+         std::string(mine.begin(), mine.end()) +
+         std::string(mac.value().begin(), mac.value().end());
 }
 
 struct TcpSide {
@@ -1061,8 +1065,8 @@ std::unique_ptr<transport::TcpListener> tcpListener() {
 
 // Sends a payload from `from` to `to` over the connections set up, and checks it arrives whole.
 void expectDelivers(transport::Connection& from, transport::Connection& to) {
-  const std::string payload = "set-up done: " + std::to_string(from.peer()) + " -> " +
-                              std::to_string(to.peer());
+  const std::string payload =
+      "set-up done: " + std::to_string(from.peer()) + " -> " + std::to_string(to.peer());
   void* slot = nullptr;
   const void* got = nullptr;
   size_t bytes = 0;

@@ -1,10 +1,7 @@
 // nowNs(): read through the time-stamp counter where it is invariant, it must agree with
 // clock_gettime(CLOCK_MONOTONIC) (read on either side of it), in every thread and across the
 // re-anchorings of its first seconds, and never go back within a thread.
-#include "util/wait.h"
-
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +10,8 @@
 #include <cstdio>
 #include <thread>
 #include <vector>
+
+#include "util/wait.h"
 
 namespace loom {
 namespace {
@@ -49,8 +48,8 @@ Checked checkFor(double seconds) {
 
 void expectGood(const Checked& c, const char* who) {
   EXPECT_GT(c.samples, 1000) << who;
-  EXPECT_EQ(c.outside, 0) << who << ": " << c.outside << " of " << c.samples
-                          << " readings beyond " << kToleranceNs << " ns; worst " << c.worstNs;
+  EXPECT_EQ(c.outside, 0) << who << ": " << c.outside << " of " << c.samples << " readings beyond "
+                          << kToleranceNs << " ns; worst " << c.worstNs;
   EXPECT_EQ(c.backwards, 0) << who;
 }
 

@@ -28,8 +28,8 @@ TEST(Cpus, MaskFormatsAsHexMostSignificantFirst) {
 }
 
 TEST(Cpus, MaskParsesWhatItFormats) {
-  for (const cpu_set_t& m : {maskOf({}), maskOf({0}), maskOf({2, 3, 17}), maskOf({5, 100, 1000}),
-                             cpus::allowed()}) {
+  for (const cpu_set_t& m :
+       {maskOf({}), maskOf({0}), maskOf({2, 3, 17}), maskOf({5, 100, 1000}), cpus::allowed()}) {
     cpu_set_t back;
     ASSERT_TRUE(cpus::parseMask(cpus::formatMask(m), &back));
     EXPECT_TRUE(CPU_EQUAL(&m, &back)) << cpus::formatMask(m);

@@ -83,7 +83,7 @@ TEST(IbGid, PrefersRoceV2WithIpv4) {
                                gid({10, 0, 0, 1}, true)};
   std::vector<std::string> types = {"IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"};
   EXPECT_EQ(pickGid(-1, types, gids), 3);
-  EXPECT_EQ(pickGid(2, types, gids), 2);  // LOOM_IB_GID_INDEX wins
+  EXPECT_EQ(pickGid(2, types, gids), 2);   // LOOM_IB_GID_INDEX wins
   EXPECT_EQ(pickGid(7, types, gids), -1);  // no such entry
   // No IPv4 address: the first RoCE v2; no types known: the first non-zero.
   EXPECT_EQ(pickGid(-1, types, {gids[0], gids[1]}), 1);
@@ -344,8 +344,8 @@ TEST(IbExchange, EveryPairSwapsItsRecords) {
         std::vector<const void*> out;
         std::vector<void*> in;
         for (size_t i = 0; i < mine.size(); ++i) out.push_back(&mine[i]), in.push_back(&theirs[i]);
-        results[r] = exchangeOverLinks(via, out, in, sizeof(QpInfo), nowNs() + 60'000'000'000,
-                                       nullptr);
+        results[r] =
+            exchangeOverLinks(via, out, in, sizeof(QpInfo), nowNs() + 60'000'000'000, nullptr);
         got[r] = theirs;
       });
     }
@@ -367,8 +367,8 @@ TEST(IbExchange, APeerThatLeavesIsNamedAndOneThatIsSilentTimesOut) {
   std::vector<Connection*> via = {mesh.links[0][1].get(), mesh.links[0][2].get()};
   // Rank 2 is gone: its ends close. Rank 1 is alive but never answers.
   mesh.links[2][0].reset();
-  Status s = exchangeOverLinks(via, {&mine[0], &mine[1]}, {&theirs[0], &theirs[1]},
-                               sizeof(QpInfo), nowNs() + 60'000'000'000, nullptr);
+  Status s = exchangeOverLinks(via, {&mine[0], &mine[1]}, {&theirs[0], &theirs[1]}, sizeof(QpInfo),
+                               nowNs() + 60'000'000'000, nullptr);
   EXPECT_EQ(s.code(), loomRemoteError) << s.message();
   EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
 

@@ -1040,8 +1040,8 @@ TEST_P(ReduceManyTest, PublicEntryPointsAgree) {
   EXPECT_EQ(streamed, chained);
   EXPECT_EQ(again, chained);
   reduceManyStream(r, nullptr, nullptr, srcs, 0, n, kPost);  // no sources: nothing
-  reduceMany(r, nullptr, srcs, 0, n, kPost);     // no sources: nothing
-  reduceMany(r, nullptr, nullptr, 3, 0, kPost);  // no elements: nothing
+  reduceMany(r, nullptr, srcs, 0, n, kPost);                 // no sources: nothing
+  reduceMany(r, nullptr, nullptr, 3, 0, kPost);              // no elements: nothing
 }
 
 // reduceManyStream writes what the chain of reduce() calls gives, to dst and to copy, at
@@ -1089,13 +1089,13 @@ TEST_P(ReduceManyTest, StreamWritesTheChainsResultToBothDestinations) {
                     const bool inside = b >= at && b < at + n * t.size;
                     const unsigned char want = inside ? ref[b - at] : Operands::kFill;
                     if (area[a][b] != want) {
-                      ADD_FAILURE() << level.name << " " << t.name << " "
-                                    << kOpNames[static_cast<int>(op)] << " flags=" << flags
-                                    << " nsrc=" << nsrc << " n=" << n << " dst offset " << dof
-                                    << " copy offset " << cof << ": "
-                                    << (a == 0 ? "dst" : "copy") << " byte " << b
-                                    << (inside ? " differs from the chain's result"
-                                               : " outside the destination was written");
+                      ADD_FAILURE()
+                          << level.name << " " << t.name << " " << kOpNames[static_cast<int>(op)]
+                          << " flags=" << flags << " nsrc=" << nsrc << " n=" << n << " dst offset "
+                          << dof << " copy offset " << cof << ": " << (a == 0 ? "dst" : "copy")
+                          << " byte " << b
+                          << (inside ? " differs from the chain's result"
+                                     : " outside the destination was written");
                       return;
                     }
                   }
@@ -1141,7 +1141,9 @@ TEST_P(ReduceManyTest, StreamMayWriteOverItsFirstSource) {
                               kPost | (which == 2 ? uint32_t{kCopyCached} : 0u));
           streamFence();
           EXPECT_EQ(first, ref) << level.name << " " << t.name << " nsrc=" << nsrc << " n=" << n
-                                << (which == 0 ? " dst" : which == 1 ? " copy" : " cached copy")
+                                << (which == 0   ? " dst"
+                                    : which == 1 ? " copy"
+                                                 : " cached copy")
                                 << " == srcs[0]";
           EXPECT_EQ(other, ref) << level.name << " " << t.name << " nsrc=" << nsrc << " n=" << n;
         }

@@ -1,13 +1,14 @@
 // The NIC nearest a rank's GPU or CPU (topology/nic_rank.h), on real machines'
 // topology files and on small trees written here. Expected orders are read off
 // the XML by hand: which PCIe switch and which CPU each GPU and NIC hangs from.
+#include "topology/nic_rank.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "topology/nic_rank.h"
 #include "topology/topology.h"
 
 namespace loom::topo {
@@ -15,9 +16,9 @@ namespace {
 
 const std::string kShared = LOOM_SHARED_TOPOLOGIES;
 
-#define SKIP_WITHOUT(file)                                                            \
-  if (!std::ifstream(kShared + "/" + (file)).good())                                  \
-  GTEST_SKIP() << "the shared fixtures are not at " << kShared                        \
+#define SKIP_WITHOUT(file)                                     \
+  if (!std::ifstream(kShared + "/" + (file)).good())           \
+  GTEST_SKIP() << "the shared fixtures are not at " << kShared \
                << " (CI has them at ${CMAKE_SOURCE_DIR}/../shared/topologies)"
 
 System load(const std::string& file) {
@@ -65,8 +66,7 @@ TEST(NicRank, P4dEachGpuTakesTheNicUnderItsSwitch) {
     EXPECT_EQ(s.node(gpu).type, NodeType::Gpu);
     auto ranked = rankNics(s, gpu, p);
     ASSERT_EQ(ranked.size(), 4u);
-    EXPECT_EQ(order(ranked, p),
-              (std::vector<std::string>{c.pix, c.phb, c.sys[0], c.sys[1]}));
+    EXPECT_EQ(order(ranked, p), (std::vector<std::string>{c.pix, c.phb, c.sys[0], c.sys[1]}));
     EXPECT_EQ(ranked[0].type, PathType::Pix);
     EXPECT_EQ(ranked[1].type, PathType::Phb);
     EXPECT_EQ(ranked[2].type, PathType::Sys);
@@ -88,7 +88,7 @@ TEST(NicRank, P4dWithoutGpuTheCpusNicsComeFirst) {
   EXPECT_EQ(nicRankSource(s, 0, "0000:99:00.0", 1), cpu);
   auto ranked = rankNics(s, cpu, p);
   EXPECT_EQ(order(ranked, p), (std::vector<std::string>{"0000:90:1b.0", "0000:a0:1b.0",
-                                                         "0000:10:1b.0", "0000:20:1b.0"}));
+                                                        "0000:10:1b.0", "0000:20:1b.0"}));
   EXPECT_EQ(ranked[0].type, PathType::Phb);
   EXPECT_EQ(ranked[2].type, PathType::Sys);
   EXPECT_EQ(nearestTier(ranked), 2u);  // both of its NICs are as near: ranks spread over them

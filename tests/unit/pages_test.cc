@@ -3,10 +3,9 @@
 // of each page, shows in no count a process can read: docs/journal/perf.md, stop 31, times it.)
 #include "util/pages.h"
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 namespace loom {
 namespace {

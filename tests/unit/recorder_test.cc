@@ -69,7 +69,8 @@ TEST(FlightRecorder, DumpsDuringOperationsShowWholeRecords) {
     }
     done = true;
   });
-  const std::regex one(R"re(\{"seq":(\d+),"coll":"(\w+)","algorithm":"[^"]*","proto":"[^"]*","count":(\d+)[^{}]*?(?:"error":"op (\d+)")?\})re");
+  const std::regex one(
+      R"re(\{"seq":(\d+),"coll":"(\w+)","algorithm":"[^"]*","proto":"[^"]*","count":(\d+)[^{}]*?(?:"error":"op (\d+)")?\})re");
   size_t dumps = 0, records = 0;
   while (!done || dumps == 0) {
     const std::string json = rec.toJson("c", 1, "test");

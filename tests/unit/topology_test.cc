@@ -2,7 +2,6 @@
 // and bandwidths checked against arithmetic done by hand from the fixture text, lossless
 // dump/load, merging hosts, ring search, and clear errors for malformed files.
 #include "topology/topology.h"
-#include "algorithms/graph_links.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -782,7 +781,6 @@ TEST(TopoEnv, DumpFileAndTopoFileRoundTrip) {
   std::remove(path.c_str());
 }
 
-
 // ---- The communicator's ring order (algo::commRingOrder) ----
 
 // The path types between consecutive ranks of `order` (ring closed), from the graph's own
@@ -858,8 +856,8 @@ TEST(CommRingOrder, TwoDgx2HostsStayOnNvlinkInside) {
       ++crossings;
       continue;
     }
-    const PathType t = s.value().path(s.value().gpu(hostOf[a], dev[a]),
-                                      s.value().gpu(hostOf[b], dev[b])).type;
+    const PathType t =
+        s.value().path(s.value().gpu(hostOf[a], dev[a]), s.value().gpu(hostOf[b], dev[b])).type;
     EXPECT_EQ(t, PathType::Nvl) << "ranks " << a << " -> " << b;
   }
   EXPECT_EQ(crossings, 2);

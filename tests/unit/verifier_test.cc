@@ -146,12 +146,12 @@ std::vector<std::pair<std::string, std::vector<int>>> layoutsFor(int n) {
   };
   out.emplace_back("1host", make([](int) { return 0; }));
   for (int hosts : {2, 4, 16})
-    if (n >= hosts) out.emplace_back(std::to_string(hosts) + "hosts", make([=](int r) {
-                                       return r * hosts / n;
-                                     }));
+    if (n >= hosts)
+      out.emplace_back(std::to_string(hosts) + "hosts", make([=](int r) { return r * hosts / n; }));
   if (n >= 3) {
     out.emplace_back("unequal_small_first", make([n](int r) { return r < n / 4 + 1 ? 7 : 3; }));
-    out.emplace_back("unequal_interleaved", make([n](int r) { return r % 3 == 2 && r > n / 2 ? 9 : r % 3; }));
+    out.emplace_back("unequal_interleaved",
+                     make([n](int r) { return r % 3 == 2 && r > n / 2 ? 9 : r % 3; }));
   }
   return out;
 }
@@ -164,18 +164,35 @@ std::vector<size_t> layoutCountsFor(int n, bool quadratic) {
   return counts;
 }
 
-enum class Builder { Tree, TreeHosts, RhdAllReduce, RhdAllGather, Hier, RdAllReduce, RhdReduceScatter, HierRd };
+enum class Builder {
+  Tree,
+  TreeHosts,
+  RhdAllReduce,
+  RhdAllGather,
+  Hier,
+  RdAllReduce,
+  RhdReduceScatter,
+  HierRd
+};
 
 const char* builderName(Builder b) {
   switch (b) {
-    case Builder::Tree: return "tree";
-    case Builder::TreeHosts: return "tree_hosts";
-    case Builder::RhdAllReduce: return "rhd_allreduce";
-    case Builder::RhdAllGather: return "rhd_allgather";
-    case Builder::Hier: return "hier";
-    case Builder::RdAllReduce: return "rd_allreduce";
-    case Builder::RhdReduceScatter: return "rhd_reducescatter";
-    case Builder::HierRd: return "hierrd";
+    case Builder::Tree:
+      return "tree";
+    case Builder::TreeHosts:
+      return "tree_hosts";
+    case Builder::RhdAllReduce:
+      return "rhd_allreduce";
+    case Builder::RhdAllGather:
+      return "rhd_allgather";
+    case Builder::Hier:
+      return "hier";
+    case Builder::RdAllReduce:
+      return "rd_allreduce";
+    case Builder::RhdReduceScatter:
+      return "rhd_reducescatter";
+    case Builder::HierRd:
+      return "hierrd";
   }
   return "?";
 }
@@ -186,14 +203,22 @@ size_t minDepth(Builder b) { return b == Builder::Hier ? 2 : 1; }
 
 Schedule buildOne(Builder b, int r, int n, size_t count, const std::vector<int>& hosts) {
   switch (b) {
-    case Builder::Tree: return buildTreeAllReduce(r, n, count);
-    case Builder::TreeHosts: return buildTreeAllReduce(r, n, count, hosts);
-    case Builder::RhdAllReduce: return buildRhdAllReduce(r, n, count);
-    case Builder::RhdAllGather: return buildRhdAllGather(r, n, count);
-    case Builder::Hier: return buildHierAllReduce(r, n, count, hosts);
-    case Builder::RdAllReduce: return buildRdAllReduce(r, n, count);
-    case Builder::RhdReduceScatter: return buildRhdReduceScatter(r, n, count);
-    case Builder::HierRd: return buildHierAllReduce(r, n, count, hosts, true);
+    case Builder::Tree:
+      return buildTreeAllReduce(r, n, count);
+    case Builder::TreeHosts:
+      return buildTreeAllReduce(r, n, count, hosts);
+    case Builder::RhdAllReduce:
+      return buildRhdAllReduce(r, n, count);
+    case Builder::RhdAllGather:
+      return buildRhdAllGather(r, n, count);
+    case Builder::Hier:
+      return buildHierAllReduce(r, n, count, hosts);
+    case Builder::RdAllReduce:
+      return buildRdAllReduce(r, n, count);
+    case Builder::RhdReduceScatter:
+      return buildRhdReduceScatter(r, n, count);
+    case Builder::HierRd:
+      return buildHierAllReduce(r, n, count, hosts, true);
   }
   return Schedule{};
 }
@@ -205,7 +230,8 @@ TEST_P(NewBuilderSweep, Verifies) {
   const bool usesHosts = b == Builder::TreeHosts || b == Builder::Hier || b == Builder::HierRd;
   auto layouts = usesHosts ? layoutsFor(n) : decltype(layoutsFor(n)){{"none", {}}};
   for (const auto& [lname, hosts] : layouts) {
-    for (size_t count : layoutCountsFor(n, b == Builder::RhdAllGather || b == Builder::RhdReduceScatter)) {
+    for (size_t count :
+         layoutCountsFor(n, b == Builder::RhdAllGather || b == Builder::RhdReduceScatter)) {
       std::vector<Schedule> s;
       for (int r = 0; r < n; ++r) s.push_back(buildOne(b, r, n, count, hosts));
       for (size_t slot : {size_t{16}, size_t{4096}}) {
@@ -218,8 +244,8 @@ TEST_P(NewBuilderSweep, Verifies) {
           o.inPlace = inPlace;
           VerifyResult r = verify(s, o);
           ASSERT_TRUE(r.ok) << builderName(b) << " nranks=" << n << " layout=" << lname
-                            << " count=" << count << " slotBytes=" << slot
-                            << " fifoDepth=" << depth << " inPlace=" << inPlace << ": " << r.error;
+                            << " count=" << count << " slotBytes=" << slot << " fifoDepth=" << depth
+                            << " inPlace=" << inPlace << ": " << r.error;
           if (count > 0 && n > 1 && lname != "1host") {
             EXPECT_GT(r.messages, 0u);
           }
@@ -237,9 +263,8 @@ std::string newSweepName(const ::testing::TestParamInfo<NewBuilderSweep::ParamTy
 INSTANTIATE_TEST_SUITE_P(
     All, NewBuilderSweep,
     ::testing::Combine(::testing::Values(Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
-                                         Builder::RhdAllGather, Builder::Hier,
-                                         Builder::RdAllReduce, Builder::RhdReduceScatter,
-                                         Builder::HierRd),
+                                         Builder::RhdAllGather, Builder::Hier, Builder::RdAllReduce,
+                                         Builder::RhdReduceScatter, Builder::HierRd),
                        ::testing::ValuesIn(rankCounts()), ::testing::Bool()),
     newSweepName);
 
@@ -251,12 +276,14 @@ class RingOrderSweep : public ::testing::TestWithParam<std::tuple<Coll, int, boo
 TEST_P(RingOrderSweep, Verifies) {
   const auto [coll, n, inPlace] = GetParam();
   std::vector<int> shuffled(static_cast<size_t>(n)), dealt(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) shuffled[static_cast<size_t>(r)] = r, dealt[static_cast<size_t>(r)] = r % 4;
+  for (int r = 0; r < n; ++r)
+    shuffled[static_cast<size_t>(r)] = r, dealt[static_cast<size_t>(r)] = r % 4;
   std::mt19937 rng(static_cast<unsigned>(n));
   std::shuffle(shuffled.begin(), shuffled.end(), rng);
   for (const std::vector<int>& order : {shuffled, hostMajorOrder(dealt)}) {
-    const std::vector<size_t> counts = n > 64 ? std::vector<size_t>{1, 7}
-                                              : std::vector<size_t>{0, 1, 7, 2 * static_cast<size_t>(n) + 1};
+    const std::vector<size_t> counts =
+        n > 64 ? std::vector<size_t>{1, 7}
+               : std::vector<size_t>{0, 1, 7, 2 * static_cast<size_t>(n) + 1};
     for (size_t count : counts) {
       std::vector<Schedule> s;
       for (int r = 0; r < n; ++r) s.push_back(buildRingInOrder(coll, r, n, count, order));
@@ -293,8 +320,8 @@ TEST(VerifierTest, HostMajorOrderIsEmptyForRankOrder) {
 
 // Every single change to a step of the new builders' schedules is caught.
 TEST(VerifierTest, NewBuildersEveryMutationFails) {
-  for (Builder b : {Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce,
-                    Builder::RhdAllGather, Builder::Hier, Builder::HierRd}) {
+  for (Builder b : {Builder::Tree, Builder::TreeHosts, Builder::RhdAllReduce, Builder::RhdAllGather,
+                    Builder::Hier, Builder::HierRd}) {
     for (int n : {2, 3, 5, 6}) {
       std::vector<int> hosts;
       for (int r = 0; r < n; ++r) hosts.push_back(r < 2 ? 0 : 1);

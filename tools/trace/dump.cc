@@ -230,9 +230,10 @@ RankDump parseDocument(const std::string& text, const std::string& file) {
   // crafted nranks cannot make a small file take gigabytes.
   constexpr uint64_t kMaxCells = uint64_t{1} << 26;
   if (static_cast<uint64_t>(ops.size()) * static_cast<uint64_t>(d.nranks) > kMaxCells)
-    bad(file, "ops", std::to_string(ops.size()) + " operations x " + std::to_string(d.nranks) +
-                         " ranks is more than this tool holds (" + std::to_string(kMaxCells) +
-                         " per-rank entries)");
+    bad(file, "ops",
+        std::to_string(ops.size()) + " operations x " + std::to_string(d.nranks) +
+            " ranks is more than this tool holds (" + std::to_string(kMaxCells) +
+            " per-rank entries)");
   for (size_t i = 0; i < ops.size(); ++i)
     d.ops.push_back(parseOp(ops[i], file + ": ops[" + std::to_string(i) + "]", d.nranks));
   std::stable_sort(d.ops.begin(), d.ops.end(),

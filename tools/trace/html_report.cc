@@ -100,8 +100,8 @@ void dataTable(std::ostream& o, const Analysis& a, size_t i) {
     o << "<tr data-rank=\"" << p.rank << "\"><td>" << p.rank << "</td><td>" << p.arrivals
       << "</td><td>" << usText(p.meanDataNs) << "</td><td>"
       << usText(static_cast<double>(p.p99DataNs)) << "</td><td>"
-      << usText(static_cast<double>(p.maxDataNs)) << "</td><td>" << p.longestWaits
-      << "</td><td>" << usText(p.waitedOnNs) << "</td></tr>\n";
+      << usText(static_cast<double>(p.maxDataNs)) << "</td><td>" << p.longestWaits << "</td><td>"
+      << usText(p.waitedOnNs) << "</td></tr>\n";
   o << "</tbody></table>\n";
   if (std::string s = slowestLinkLine(a); !s.empty())
     o << "<p class=\"slowest-link\">" << htmlEscape(s) << "</p>\n";

@@ -1,7 +1,6 @@
 // The cuda_ipc all-reduce kernels (the protocol is described in ipc_kernels.h).
-#include "transport/cuda_ipc/ipc_kernels.h"
-
 #include "algorithms/kernels/cuda/reduce_device.cuh"
+#include "transport/cuda_ipc/ipc_kernels.h"
 
 namespace loom::transport::cuda_ipc {
 namespace {

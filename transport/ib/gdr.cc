@@ -15,10 +15,14 @@ namespace loom::transport::ib {
 
 const char* registrationName(Registration r) {
   switch (r) {
-    case Registration::Host: return "host memory";
-    case Registration::DmaBuf: return "GPUDirect RDMA (dma-buf)";
-    case Registration::PeerMem: return "GPUDirect RDMA (peer memory)";
-    case Registration::Staged: return "host staging";
+    case Registration::Host:
+      return "host memory";
+    case Registration::DmaBuf:
+      return "GPUDirect RDMA (dma-buf)";
+    case Registration::PeerMem:
+      return "GPUDirect RDMA (peer memory)";
+    case Registration::Staged:
+      return "host staging";
   }
   return "?";
 }

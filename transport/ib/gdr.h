@@ -30,13 +30,13 @@ const char* registrationName(Registration r);
 
 // What is known about one buffer and this host, for the choice.
 struct GdrCaps {
-  bool device = false;         // the buffer is CUDA device memory
-  bool disabled = false;       // LOOM_GDR_DISABLE=1
-  bool driver = false;         // libcuda.so.1 loaded and answers for the buffer's GPU
-  bool driverDmaBuf = false;   // the driver exports cuMemGetHandleForAddressRange
-  bool gpuDmaBuf = false;      // the GPU's CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
-  bool verbsDmaBuf = false;    // libibverbs exports ibv_reg_dmabuf_mr
-  bool peerMem = false;        // a peer-memory kernel module is loaded
+  bool device = false;        // the buffer is CUDA device memory
+  bool disabled = false;      // LOOM_GDR_DISABLE=1
+  bool driver = false;        // libcuda.so.1 loaded and answers for the buffer's GPU
+  bool driverDmaBuf = false;  // the driver exports cuMemGetHandleForAddressRange
+  bool gpuDmaBuf = false;     // the GPU's CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+  bool verbsDmaBuf = false;   // libibverbs exports ibv_reg_dmabuf_mr
+  bool peerMem = false;       // a peer-memory kernel module is loaded
 };
 
 // The registration to try first; *why says why a device buffer is not DmaBuf

@@ -27,8 +27,7 @@ size_t roundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 }  // namespace
 
-IbConnection::IbConnection(int peer, std::shared_ptr<Device> device, size_t slotBytes,
-                           size_t depth)
+IbConnection::IbConnection(int peer, std::shared_ptr<Device> device, size_t slotBytes, size_t depth)
     : peer_(peer),
       dev_(std::move(device)),
       v_(dev_->verbs()),
@@ -39,8 +38,7 @@ IbConnection::IbConnection(int peer, std::shared_ptr<Device> device, size_t slot
       recvSizes_(depth, 0),
       userSends_(depth) {}
 
-Result<std::unique_ptr<IbConnection>> IbConnection::create(int peer,
-                                                           std::shared_ptr<Device> device,
+Result<std::unique_ptr<IbConnection>> IbConnection::create(int peer, std::shared_ptr<Device> device,
                                                            size_t slotBytes, size_t depth) {
   if (slotBytes > kImmValueMax)
     return LOOM_ERROR(loomInvalidArgument, "LOOM_SLOT_BYTES: the ib transport takes at most " +
@@ -52,8 +50,8 @@ Result<std::unique_ptr<IbConnection>> IbConnection::create(int peer,
 
 Status IbConnection::failure(const std::string& what) {
   return LOOM_ERROR(loomSystemError, "ib link to rank " + std::to_string(peer_) + " on " +
-                                         dev_->describe() + ": " + what + " failed: " +
-                                         std::strerror(errno));
+                                         dev_->describe() + ": " + what +
+                                         " failed: " + std::strerror(errno));
 }
 
 Status IbConnection::init() {
@@ -67,8 +65,7 @@ Status IbConnection::init() {
   std::memset(mem_, 0, memBytes_);  // pre-fault once, here
   fifo_ = mem_;
   staging_ = mem_ + depth_ * stride_;
-  mr_ = v_.regMr(dev_->pd(), mem_, memBytes_,
-                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  mr_ = v_.regMr(dev_->pd(), mem_, memBytes_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr_ == nullptr) return failure("ibv_reg_mr");
   channel_ = v_.createCompChannel(dev_->context());
   if (channel_ == nullptr) return failure("ibv_create_comp_channel");
@@ -168,8 +165,7 @@ void IbConnection::postRecv() {
   ibv_recv_wr* bad = nullptr;
   wr.wr_id = wrId(kWrRecv);
   wr.num_sge = 0;  // writes with immediate carry their data to the FIFO, not here
-  if (ibv_post_recv(qp_, &wr, &bad) != 0 && error_.isOk())
-    error_ = failure("posting a receive");
+  if (ibv_post_recv(qp_, &wr, &bad) != 0 && error_.isOk()) error_ = failure("posting a receive");
 }
 
 int IbConnection::post(uint64_t kind, const void* local, size_t bytes, uint64_t remoteOffset,
@@ -191,8 +187,8 @@ int IbConnection::post(uint64_t kind, const void* local, size_t bytes, uint64_t 
   return ibv_post_send(qp_, &wr, &bad);
 }
 
-bool IbConnection::postWrite(uint64_t kind, const void* local, size_t bytes,
-                             uint64_t remoteOffset, bool withImm, uint32_t imm) {
+bool IbConnection::postWrite(uint64_t kind, const void* local, size_t bytes, uint64_t remoteOffset,
+                             bool withImm, uint32_t imm) {
   const int rc = post(kind, local, bytes, remoteOffset, withImm, imm);
   if (rc != 0 && error_.isOk()) {
     errno = rc;
@@ -299,12 +295,14 @@ void IbConnection::handle(const ibv_wc& wc) {
     // still needs this link fails (see progress() and checkRecv()).
     LOOM_INFO(kTransport, "ib link to rank %d: completion %s for a %s", peer_,
               v_.wcStatusStr(wc.status),
-              kind == kWrRecv ? "receive" : kind == kWrHeartbeat ? "heartbeat" : "write");
+              kind == kWrRecv        ? "receive"
+              : kind == kWrHeartbeat ? "heartbeat"
+                                     : "write");
     if (lost_.isOk())
-      lost_ = LOOM_ERROR(loomRemoteError,
-                          "rank " + std::to_string(peer_) + " unreachable over ib (" +
-                              dev_->describe() + "): " + v_.wcStatusStr(wc.status) +
-                              " (vendor error " + std::to_string(wc.vendor_err) + ")");
+      lost_ =
+          LOOM_ERROR(loomRemoteError, "rank " + std::to_string(peer_) + " unreachable over ib (" +
+                                          dev_->describe() + "): " + v_.wcStatusStr(wc.status) +
+                                          " (vendor error " + std::to_string(wc.vendor_err) + ")");
     return;
   }
   switch (kind) {
@@ -314,10 +312,9 @@ void IbConnection::handle(const ibv_wc& wc) {
         case Imm::Data: {
           const size_t i = static_cast<size_t>(credits_.arrived % depth_);
           if (immValue(imm) > slotBytes_ || !credits_.onArrival()) {
-            error_ = LOOM_ERROR(loomInternalError,
-                                "rank " + std::to_string(peer_) +
-                                    " wrote past the ib flow control (slot of " +
-                                    std::to_string(immValue(imm)) + " bytes)");
+            error_ = LOOM_ERROR(loomInternalError, "rank " + std::to_string(peer_) +
+                                                       " wrote past the ib flow control (slot of " +
+                                                       std::to_string(immValue(imm)) + " bytes)");
             return;
           }
           recvSizes_[i] = immValue(imm);
@@ -387,9 +384,9 @@ Status IbConnection::progress() {
     if (s.isOk()) s = watch_->checkRecv();
     if (!s.isOk()) {
       drain();  // completions that came before the close count
-      lost_ = LOOM_ERROR(loomRemoteError, "rank " + std::to_string(peer_) +
-                                              " is gone: its watch link closed (" +
-                                              s.message() + ")");
+      lost_ =
+          LOOM_ERROR(loomRemoteError, "rank " + std::to_string(peer_) +
+                                          " is gone: its watch link closed (" + s.message() + ")");
     }
   }
   if (error_.isOk() && lost_.isOk() && !heartbeatOut_) {
@@ -448,7 +445,8 @@ void IbConnection::markBrokenBecause(int lostRank) {
   // Any thread; the provider serialises posts to one queue pair.
   if (watch_) watch_->markBrokenBecause(lostRank);
   if (qp_ == nullptr || remote_.fifoKey == 0 || brokenSent_.exchange(true)) return;
-  const uint32_t said = lostRank >= 0 && lostRank != peer_ ? static_cast<uint32_t>(lostRank) + 1 : 0;
+  const uint32_t said =
+      lostRank >= 0 && lostRank != peer_ ? static_cast<uint32_t>(lostRank) + 1 : 0;
   post(kWrBroken, nullptr, 0, 0, true, makeImm(Imm::Broken, said));
 }
 

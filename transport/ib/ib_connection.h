@@ -129,8 +129,8 @@ class IbConnection final : public Connection {
   int64_t nextHeartbeatNs_ = 0;
   mutable bool armed_ = false;
   std::unique_ptr<Connection> watch_;
-  Status error_;  // a local failure or a protocol violation
-  Status lost_;   // an error completion: the queue pair is dead
+  Status error_;              // a local failure or a protocol violation
+  Status lost_;               // an error completion: the queue pair is dead
   bool sendBlocked_ = false;  // the last trySendSlot() found no slot
   bool peerBroken_ = false;
   int peerLost_ = -1;  // the rank whose failure made the peer break the link, if it said

@@ -1,13 +1,13 @@
 #include "transport/ib/ib_setup.h"
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <mutex>
-
-#include <poll.h>
-#include <unistd.h>
 
 #include "transport/ib/gdr.h"
 #include "transport/ib/ib_connection.h"
@@ -53,25 +53,55 @@ bool ipv4Gid(const ibv_gid& g) {
 double portGbps(uint8_t activeWidth, uint16_t activeSpeed) {
   int lanes = 0;
   switch (activeWidth) {
-    case 1: lanes = 1; break;
-    case 2: lanes = 4; break;
-    case 4: lanes = 8; break;
-    case 8: lanes = 12; break;
-    case 16: lanes = 2; break;
-    default: return 0;
+    case 1:
+      lanes = 1;
+      break;
+    case 2:
+      lanes = 4;
+      break;
+    case 4:
+      lanes = 8;
+      break;
+    case 8:
+      lanes = 12;
+      break;
+    case 16:
+      lanes = 2;
+      break;
+    default:
+      return 0;
   }
   double perLane = 0;
   switch (activeSpeed) {
-    case 1: perLane = 2.5; break;    // SDR
-    case 2: perLane = 5; break;      // DDR
-    case 4: perLane = 10; break;     // QDR
-    case 8: perLane = 10; break;     // FDR10
-    case 16: perLane = 14; break;    // FDR
-    case 32: perLane = 25; break;    // EDR
-    case 64: perLane = 50; break;    // HDR
-    case 128: perLane = 100; break;  // NDR
-    case 256: perLane = 200; break;  // XDR
-    default: return 0;
+    case 1:
+      perLane = 2.5;
+      break;  // SDR
+    case 2:
+      perLane = 5;
+      break;  // DDR
+    case 4:
+      perLane = 10;
+      break;  // QDR
+    case 8:
+      perLane = 10;
+      break;  // FDR10
+    case 16:
+      perLane = 14;
+      break;  // FDR
+    case 32:
+      perLane = 25;
+      break;  // EDR
+    case 64:
+      perLane = 50;
+      break;  // HDR
+    case 128:
+      perLane = 100;
+      break;  // NDR
+    case 256:
+      perLane = 200;
+      break;  // XDR
+    default:
+      return 0;
   }
   return lanes * perLane;
 }
@@ -161,8 +191,8 @@ Result<std::shared_ptr<Device>> Device::open(const Verbs& v, const PortChoice& c
     return LOOM_ERROR(loomSystemError, "cannot open RDMA device " + choice.device);
   const uint8_t port = static_cast<uint8_t>(choice.port);
   if (v.queryPort(d->ctx_, port, &d->attr_) != 0)
-    return LOOM_ERROR(loomSystemError, "cannot query " + choice.device + " port " +
-                                           std::to_string(choice.port));
+    return LOOM_ERROR(loomSystemError,
+                      "cannot query " + choice.device + " port " + std::to_string(choice.port));
   if (choice.ethernet || gidIndex >= 0) {
     std::vector<std::string> types;
     std::vector<ibv_gid> gids;
@@ -176,10 +206,10 @@ Result<std::shared_ptr<Device>> Device::open(const Verbs& v, const PortChoice& c
     }
     d->gidIndex_ = pickGid(gidIndex, types, gids);
     if (d->gidIndex_ < 0)
-      return LOOM_ERROR(loomInvalidArgument,
-                        gidIndex >= 0 ? "LOOM_IB_GID_INDEX=" + std::to_string(gidIndex) +
-                                            ": " + choice.device + " has no such GID"
-                                      : choice.device + " has no usable GID");
+      return LOOM_ERROR(loomInvalidArgument, gidIndex >= 0
+                                                 ? "LOOM_IB_GID_INDEX=" + std::to_string(gidIndex) +
+                                                       ": " + choice.device + " has no such GID"
+                                                 : choice.device + " has no usable GID");
     d->gid_ = gids[static_cast<size_t>(d->gidIndex_)];
   }
   d->pd_ = v.allocPd(d->ctx_);
@@ -239,11 +269,13 @@ Result<std::shared_ptr<void>> Device::registerRegion(void* addr, size_t len) {
       return LOOM_ERROR(loomSystemError, "ibv_reg_mr of " + std::to_string(len) + " bytes on " +
                                              describe() + " failed: " + std::strerror(errno));
   } else if (how == Registration::Staged) {
-    LOOM_INFO(kTransport, "ib: device buffer of %zu bytes on GPU %d stays staged through host "
-              "memory on %s: %s", len, dp.ordinal, describe().c_str(), why.c_str());
+    LOOM_INFO(kTransport,
+              "ib: device buffer of %zu bytes on GPU %d stays staged through host "
+              "memory on %s: %s",
+              len, dp.ordinal, describe().c_str(), why.c_str());
   } else {
-    LOOM_INFO(kTransport, "ib: device buffer of %zu bytes on GPU %d registered on %s with %s",
-              len, dp.ordinal, describe().c_str(), registrationName(how));
+    LOOM_INFO(kTransport, "ib: device buffer of %zu bytes on GPU %d registered on %s with %s", len,
+              dp.ordinal, describe().c_str(), registrationName(how));
   }
   auto* r = new Region{reinterpret_cast<uintptr_t>(addr), reinterpret_cast<uintptr_t>(addr) + len,
                        mr, how};
@@ -282,7 +314,8 @@ uint32_t Device::lookup(const void* addr, size_t len) const {
 
 std::string Device::describe() const {
   std::string s = choice_.device + ":" + std::to_string(choice_.port) + " (" +
-                  (choice_.ethernet ? "RoCE, GID " + std::to_string(gidIndex_) : "IB, LID " + std::to_string(attr_.lid));
+                  (choice_.ethernet ? "RoCE, GID " + std::to_string(gidIndex_)
+                                    : "IB, LID " + std::to_string(attr_.lid));
   if (choice_.gbps > 0) s += ", " + std::to_string(static_cast<int>(choice_.gbps)) + " Gb/s";
   return s + ")";
 }
@@ -343,10 +376,12 @@ Status exchangeOverLinks(const std::vector<Connection*>& links,
   }
 }
 
-Result<std::vector<std::unique_ptr<Connection>>> connectIb(
-    const std::vector<int>& peers, const std::shared_ptr<Device>& device,
-    const std::vector<Connection*>& links, size_t slotBytes, size_t depth, int64_t deadlineNs,
-    const std::atomic<bool>* abortFlag) {
+Result<std::vector<std::unique_ptr<Connection>>> connectIb(const std::vector<int>& peers,
+                                                           const std::shared_ptr<Device>& device,
+                                                           const std::vector<Connection*>& links,
+                                                           size_t slotBytes, size_t depth,
+                                                           int64_t deadlineNs,
+                                                           const std::atomic<bool>* abortFlag) {
   std::vector<std::unique_ptr<IbConnection>> conns;
   std::vector<QpInfo> mine(peers.size()), theirs(peers.size());
   std::vector<Connection*> via;
@@ -355,8 +390,8 @@ Result<std::vector<std::unique_ptr<Connection>>> connectIb(
   Status failed;
   for (size_t i = 0; i < peers.size(); ++i) {
     const int p = peers[i];
-    Connection* link = static_cast<size_t>(p) < links.size() ? links[static_cast<size_t>(p)]
-                                                              : nullptr;
+    Connection* link =
+        static_cast<size_t>(p) < links.size() ? links[static_cast<size_t>(p)] : nullptr;
     if (link == nullptr)
       return LOOM_ERROR(loomInternalError, "ib: no link to rank " + std::to_string(p) +
                                                " to exchange connection data over");

@@ -6,8 +6,8 @@
 // takes the nearest to that GPU in the host's topology (topology/nic_rank.h:
 // a NIC under the GPU's PCIe switch first), ranks sharing a GPU spreading over
 // the equally near ones; otherwise ports on this process's NUMA node come
-// first, spread over the ranks of one host by their local index. RoCE ports take the GID LOOM_IB_GID_INDEX names, else the first
-// RoCE v2 IPv4 GID; InfiniBand ports are addressed by LID.
+// first, spread over the ranks of one host by their local index. RoCE ports take the GID
+// LOOM_IB_GID_INDEX names, else the first RoCE v2 IPv4 GID; InfiniBand ports are addressed by LID.
 //
 // Connection data (queue pair number, address, the receive FIFO's address and
 // key) goes point to point, over each ib peer's TCP watch link: per rank, one
@@ -118,9 +118,11 @@ Status exchangeOverLinks(const std::vector<Connection*>& links,
 // communicator's size. Peers must be symmetric (a in b's list iff b in a's).
 // A rank that cannot create a queue pair still sends every peer an invalid
 // entry, so they fail at once with a message rather than at the deadline.
-Result<std::vector<std::unique_ptr<Connection>>> connectIb(
-    const std::vector<int>& peers, const std::shared_ptr<Device>& device,
-    const std::vector<Connection*>& links, size_t slotBytes, size_t depth, int64_t deadlineNs,
-    const std::atomic<bool>* abortFlag);
+Result<std::vector<std::unique_ptr<Connection>>> connectIb(const std::vector<int>& peers,
+                                                           const std::shared_ptr<Device>& device,
+                                                           const std::vector<Connection*>& links,
+                                                           size_t slotBytes, size_t depth,
+                                                           int64_t deadlineNs,
+                                                           const std::atomic<bool>* abortFlag);
 
 }  // namespace loom::transport::ib

@@ -8,7 +8,11 @@
 namespace loom::transport {
 
 ShmConnection::ShmConnection(int peer, ShmFifo* out, ShmFifo* in, size_t slotBytes, size_t depth)
-    : peer_(peer), out_(out), in_(in), slotBytes_(slotBytes), depth_(static_cast<uint32_t>(depth)) {}
+    : peer_(peer),
+      out_(out),
+      in_(in),
+      slotBytes_(slotBytes),
+      depth_(static_cast<uint32_t>(depth)) {}
 
 void* ShmConnection::trySendSlot() {
   if (posted_ - out_->tail.load(std::memory_order_acquire) >= depth_) return nullptr;
@@ -39,7 +43,8 @@ void ShmConnection::releaseRecv() {
 }
 
 Status ShmConnection::progress() {
-  if ((in_->broken.load(std::memory_order_relaxed) | out_->broken.load(std::memory_order_relaxed)) == 0)
+  if ((in_->broken.load(std::memory_order_relaxed) |
+       out_->broken.load(std::memory_order_relaxed)) == 0)
     return Status::ok();
   const int lost = lostRank();
   if (lost != peer_)

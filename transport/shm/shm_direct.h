@@ -40,13 +40,13 @@ constexpr size_t kShmLLMoreLines = 6;
 constexpr size_t kShmLLMaxBytes = kShmLLBytes + kShmLLMoreLines * kShmLLMoreBytes;
 
 struct alignas(64) ShmDirectHeader {
-  std::atomic<uint32_t> ready;    // rounds whose input this rank has published
+  std::atomic<uint32_t> ready;  // rounds whose input this rank has published
   uint32_t pad0;
-  int64_t enterNs[2];             // by round parity: when this rank entered that round's op
+  int64_t enterNs[2];  // by round parity: when this rank entered that round's op
   char pad0b[40];
   std::atomic<uint32_t> reduced;  // rounds whose slice this rank has reduced
   char pad1[60];
-  std::atomic<uint32_t> sleepers; // ranks blocked on one of these counters
+  std::atomic<uint32_t> sleepers;  // ranks blocked on one of these counters
   char pad2[60];
   std::atomic<uint64_t> lastSeq;  // the last operation this rank completed
   char pad3[56];
@@ -55,7 +55,7 @@ struct alignas(64) ShmDirectHeader {
   uint64_t inputToken[2];
   uint64_t inputOffset[2];
   char pad4[32];
-  ShmLLLine ll[2];                // by round parity
+  ShmLLLine ll[2];                           // by round parity
   ShmLLMoreLine llMore[2][kShmLLMoreLines];  // by round parity: the rest of a larger round
 };
 

@@ -186,11 +186,11 @@ Status TcpConnection::progress() {
     } else {
       const uint32_t size = reinterpret_cast<const FrameHeader*>(recvHeader_)->size;
       if (size > slotBytes_) {
-        error_ = LOOM_ERROR(loomInternalError,
-                            "rank " + std::to_string(peer_) + " sent a frame of " +
-                                std::to_string(size) + " bytes; slots hold " +
-                                std::to_string(slotBytes_) +
-                                " (do all ranks use the same LOOM_SLOT_BYTES?)");
+        error_ =
+            LOOM_ERROR(loomInternalError, "rank " + std::to_string(peer_) + " sent a frame of " +
+                                              std::to_string(size) + " bytes; slots hold " +
+                                              std::to_string(slotBytes_) +
+                                              " (do all ranks use the same LOOM_SLOT_BYTES?)");
         return error_;
       }
       size_t got = recvBytes_ - kHeader;

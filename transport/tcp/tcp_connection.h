@@ -87,16 +87,16 @@ class TcpConnection final : public Connection {
   std::vector<uint32_t> sendSizes_, recvSizes_;
   std::vector<Stamp> sendStamps_, recvStamps_;
   std::vector<const char*> sendFrom_;  // per send slot: the caller's bytes, or null (the slot)
-  std::vector<char*> recvAt_;          // per receive slot: the caller's memory it landed in, or null
-  char* into_ = nullptr;               // recvInto(): frame filled_ (== consumed_) goes here
-  size_t intoBytes_ = 0;               // ... when it holds this many bytes
-  Stamp next_;  // for the next slot posted
-  uint64_t posted_ = 0, sent_ = 0;        // send FIFO: posted, fully written
-  size_t sentBytes_ = 0;                  // of frame sent_ (header included)
-  uint64_t filled_ = 0, consumed_ = 0;    // receive FIFO: complete frames, released
-  size_t recvBytes_ = 0;                  // of frame filled_ (header included)
+  std::vector<char*> recvAt_;       // per receive slot: the caller's memory it landed in, or null
+  char* into_ = nullptr;            // recvInto(): frame filled_ (== consumed_) goes here
+  size_t intoBytes_ = 0;            // ... when it holds this many bytes
+  Stamp next_;                      // for the next slot posted
+  uint64_t posted_ = 0, sent_ = 0;  // send FIFO: posted, fully written
+  size_t sentBytes_ = 0;            // of frame sent_ (header included)
+  uint64_t filled_ = 0, consumed_ = 0;   // receive FIFO: complete frames, released
+  size_t recvBytes_ = 0;                 // of frame filled_ (header included)
   alignas(8) char recvHeader_[40] = {};  // the frame header being read
-  std::vector<char> stage_;               // bytes read ahead of the frame being filled
+  std::vector<char> stage_;              // bytes read ahead of the frame being filled
   size_t stageBeg_ = 0, stageEnd_ = 0;
   size_t lowat_ = 1;      // the socket's SO_RCVLOWAT
   bool drained_ = false;  // this progress() saw the socket empty (a short read)

@@ -95,13 +95,14 @@ int socketBufferBytes() {
       std::fclose(f);
       return v;
     };
-    const long long cap = std::min(limit("/proc/sys/net/core/wmem_max"),
-                                   limit("/proc/sys/net/core/rmem_max"));
+    const long long cap =
+        std::min(limit("/proc/sys/net/core/wmem_max"), limit("/proc/sys/net/core/rmem_max"));
     if (cap < want) {
-      LOOM_INFO(kTransport,
-                "tcp: socket buffers left to the kernel's autotuning: LOOM_SOCKET_BUFFER_BYTES=%lld "
-                "is above net.core.wmem_max / rmem_max (%lld)",
-                static_cast<long long>(want), cap);
+      LOOM_INFO(
+          kTransport,
+          "tcp: socket buffers left to the kernel's autotuning: LOOM_SOCKET_BUFFER_BYTES=%lld "
+          "is above net.core.wmem_max / rmem_max (%lld)",
+          static_cast<long long>(want), cap);
       return 0;
     }
     return static_cast<int>(std::min<int64_t>(want, 1 << 30));
@@ -155,9 +156,9 @@ struct Shake {
   int64_t since = 0;
   auth::Nonce mine{};
   std::string theirNonce;
-  std::string out;  // bytes still to send
-  std::string in;   // bytes received of the frame awaited
-  size_t want = 0;  // that frame's size
+  std::string out;        // bytes still to send
+  std::string in;         // bytes received of the frame awaited
+  size_t want = 0;        // that frame's size
   bool answered = false;  // acceptor: the answer is queued; done once it is sent
 };
 
@@ -321,8 +322,9 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
           auth::handshakeMac(secret, kContext, auth::Side::Acceptor, theirs, sh.mine.data(),
                              fields(rank, sh.peer->rank, commHash));
       if (a.magic != kAnswerMagic || !want.isOk() || !auth::sameMac(a.bytes, want.value().data())) {
-        *failure = refused(sh, "did not prove that it holds the communicator's secret (a "
-                               "stranger listening at its address?)");
+        *failure = refused(sh,
+                           "did not prove that it holds the communicator's secret (a "
+                           "stranger listening at its address?)");
         return false;
       }
       finish(sh);
@@ -332,17 +334,20 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
     Hello h;
     std::memcpy(&h, sh.in.data(), sizeof(h));
     const int from = static_cast<int>(h.rank);
-    Result<auth::Mac> want = auth::handshakeMac(secret, kContext, auth::Side::Connector,
-                                                sh.mine.data(), h.nonce, fields(from, rank, h.commHash));
+    Result<auth::Mac> want =
+        auth::handshakeMac(secret, kContext, auth::Side::Connector, sh.mine.data(), h.nonce,
+                           fields(from, rank, h.commHash));
     if (h.magic != kHelloMagic) {
       drop(sh, "bad magic");
-    } else if (h.commHash != commHash || !want.isOk() || !auth::sameMac(h.mac, want.value().data())) {
+    } else if (h.commHash != commHash || !want.isOk() ||
+               !auth::sameMac(h.mac, want.value().data())) {
       drop(sh, "its MAC does not match (another communicator, a stranger, or a replayed hello)");
     } else if (expected.count(from) == 0 || joined[from]) {
       drop(sh, "unexpected rank " + std::to_string(from));
     } else {
-      Result<auth::Mac> mine = auth::handshakeMac(secret, kContext, auth::Side::Acceptor,
-                                                  sh.mine.data(), h.nonce, fields(from, rank, commHash));
+      Result<auth::Mac> mine =
+          auth::handshakeMac(secret, kContext, auth::Side::Acceptor, sh.mine.data(), h.nonce,
+                             fields(from, rank, commHash));
       if (!mine.isOk()) {
         drop(sh, mine.status().message());
         return true;
@@ -360,8 +365,9 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
   };
 
   for (;;) {
-    shakes.erase(std::remove_if(shakes.begin(), shakes.end(), [](const Shake& sh) { return sh.fd < 0; }),
-                 shakes.end());
+    shakes.erase(
+        std::remove_if(shakes.begin(), shakes.end(), [](const Shake& sh) { return sh.fd < 0; }),
+        shakes.end());
     if (conns.size() == outgoing + expected.size()) break;
     Status w = checkWait(deadlineNs, abortFlag, "in the handshakes with its peers");
     if (!w.isOk()) {

@@ -34,9 +34,9 @@ enum ReduceFlags : uint32_t { kPre = 1, kPost = 2, kCopyCached = 4 };
 struct Reducer {
   loomDataType_t dtype = loomFloat32;
   BaseOp op = BaseOp::Sum;
-  bool hasScale = false;       // PreMulSum
+  bool hasScale = false;                    // PreMulSum
   alignas(8) unsigned char scalar[8] = {};  // the scalar, encoded as dtype
-  int postDivide = 0;          // Avg: divide results by this (0 or 1: no post-op)
+  int postDivide = 0;                       // Avg: divide results by this (0 or 1: no post-op)
 };
 
 // Bytes per element; 0 for an unknown type.

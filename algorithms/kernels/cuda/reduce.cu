@@ -1,6 +1,5 @@
 // The stand-alone CUDA reduction and copy kernels (reduce.h).
 #include "algorithms/kernels/cuda/reduce.h"
-
 #include "algorithms/kernels/cuda/reduce_device.cuh"
 
 namespace loom::kernels::cuda {

@@ -140,10 +140,14 @@ template <class Fn>
 void VisitTypeAndOp(loomDataType_t dtype, BaseOp op, Fn&& fn) {
   VisitType(dtype, [&](auto tag) {
     switch (op) {
-      case BaseOp::Sum: return fn(tag, SumOp{});
-      case BaseOp::Prod: return fn(tag, ProdOp{});
-      case BaseOp::Max: return fn(tag, MaxOp{});
-      case BaseOp::Min: return fn(tag, MinOp{});
+      case BaseOp::Sum:
+        return fn(tag, SumOp{});
+      case BaseOp::Prod:
+        return fn(tag, ProdOp{});
+      case BaseOp::Max:
+        return fn(tag, MaxOp{});
+      case BaseOp::Min:
+        return fn(tag, MinOp{});
     }
   });
 }
