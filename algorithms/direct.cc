@@ -1,7 +1,12 @@
-// Direct all-to-all: every pair exchanges its block on its own connection.
-// Step d (1..n-1): send block (r+d) to rank r+d, receive block (r-d) from
-// rank r-d. Shifting the peer with d spreads the load: at each step every rank
-// sends to a different peer and receives from a different one.
+// Direct algorithms: every pair of ranks exchanges without intermediaries.
+//
+// All-to-all: every pair exchanges its block on its own connection. Step d (1..n-1): send
+// block (r+d) to rank r+d, receive block (r-d) from rank r-d. Shifting the peer with d spreads
+// the load: at each step every rank sends to a different peer and receives from a different one.
+//
+// All-reduce: the ranks of one host read each other's windows (schedule.h, DirectForm).
+#include <algorithm>
+
 #include "algorithms/schedule.h"
 
 namespace loom::algo {
@@ -17,6 +22,128 @@ Schedule buildDirectAllToAll(int rank, int n, size_t count) {
     st.push_back(makeStep(StepOp::Send, -1, to, {Buf::Send, block(to)}, {}, count));
     st.push_back(makeStep(StepOp::Recv, from, -1, {}, {Buf::Recv, block(from)}, count));
   }
+  return s;
+}
+
+const char* directFormName(DirectForm f) {
+  switch (f) {
+    case DirectForm::LL:
+      return "LL";
+    case DirectForm::Symmetric:
+      return "symmetric";
+    case DirectForm::Slices:
+      return "slices";
+  }
+  return "?";
+}
+
+// Measured on 2-vCPU guests (docs/journal/perf.md, stops 18 and 24-33):
+//  * streamBytes. On an AMD EPYC guest a line another core had just written was slower to
+//    read than memory: streaming from 64 KiB made 2 ranks 27-36% faster at 64 and 256 KiB,
+//    and 2 to 32 MiB 25-60%. On an Intel Xeon guest whose two cores share the last-level
+//    cache, streaming lost 15-20% at 2 and 8 MiB and gained 5% from 64 MiB.
+//  * streamOutputBytes: 8 MiB where the copies stream early (AMD), else 16 MiB (Intel: 2 ranks
+//    32 MiB 3.9 -> 4.9 GB/s, 4 ranks on 2 cores 16 MiB 2.3 -> 2.8; 2 ranks 8 MiB 7% slower).
+//  * cachedRoundBytes: 256 KiB rounds kept 2 ranks' buffers in a 2 MiB L2 (Intel, 10-12% at 2
+//    and 8 MiB); two ranks a core take half each (4 ranks on 2 cores, +4-14%).
+//  * symmetricBytes: the symmetric form was faster up to 32 KiB with 2 ranks, 16 KiB with 4
+//    and 8 KiB with 8 (Intel), slower from twice those: 64 KiB / nranks.
+DirectTuning directTuning(CpuVendor vendor) {
+  DirectTuning t;
+  t.streamBytes = vendor == CpuVendor::Amd ? size_t{64} << 10 : size_t{64} << 20;
+  t.streamOutputBytes = t.streamBytes <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
+  t.cachedRoundBytes = size_t{256} << 10;
+  t.symmetricBytes = size_t{64} << 10;
+  return t;
+}
+
+DirectForm directForm(size_t bytes, int nranks, const DirectParams& p) {
+  if (bytes > 0 && bytes <= p.llMaxBytes) return DirectForm::LL;
+  return bytes <= p.tuning.symmetricBytes / static_cast<size_t>(std::max(nranks, 1))
+             ? DirectForm::Symmetric
+             : DirectForm::Slices;
+}
+
+Schedule buildDirectAllReduce(int rank, int n, size_t count, const DirectParams& p) {
+  Schedule s = emptySchedule(Coll::AllReduce, "direct", rank, n, -1, count);
+  std::vector<Step>& st = s.channels[0];
+  const size_t es = std::max<size_t>(p.elemSize, 1);
+  const size_t bytes = count * es;
+  const DirectForm form = directForm(bytes, n, p);
+  // kPre marks where each rank's own input is first read: the executor pre-scales there when
+  // the op has a pre-scale (an exposed input or one reduced from the send buffer has none:
+  // with a pre-scale, every input is put, scaled).
+  const uint16_t pre = kPre;
+  auto ready = [&](StepOp op, uint32_t g) { st.push_back(makeFlagStep(op, MemWord::Ready, g)); };
+
+  if (form == DirectForm::LL) {
+    s.mem = {count, kDirectLLSlots, 1, true};
+    st.push_back(makeMemStep(StepOp::MemPut, 1, {Buf::Send, 0}, {Buf::Window, 0}, count, pre));
+    ready(StepOp::MemPublish, 1);
+    ready(StepOp::MemWait, 1);
+    st.push_back(makeMemStep(StepOp::MemReduce, 1, {Buf::Window, 0}, {Buf::Recv, 0}, count, kPost));
+    return s;
+  }
+
+  const bool symmetric = form == DirectForm::Symmetric;
+  const DirectTuning& t = p.tuning;
+  const bool stream = !symmetric && bytes >= t.streamBytes;
+  // In place, the output's lines are the input's, just read: in the caches, where streaming
+  // stores would only evict them.
+  const bool streamOutput =
+      !symmetric && !p.inPlace &&
+      bytes * static_cast<size_t>(std::max(p.ranksPerCore, 1)) >= t.streamOutputBytes;
+  const size_t cached = p.ranksPerCore == 2 ? t.cachedRoundBytes / 2 : t.cachedRoundBytes;
+  const size_t perRound =
+      std::max<size_t>((stream ? p.windowBytes : std::min(p.windowBytes, cached)) / es, 1);
+  const uint32_t rounds = static_cast<uint32_t>((count + perRound - 1) / perRound);
+  s.mem = {perRound, kDirectSlots, rounds, false};
+  // Slices: this rank's own slice is reduced straight from its send buffer, so only the
+  // peers' slices are put (unless the op pre-scales, which every input needs).
+  const bool ownInPlace = !symmetric && !p.scale;
+  const bool exposed = !symmetric && !p.scale && p.exposed;
+  const uint16_t streamFlag = stream ? kStream : 0;
+  const uint16_t outFlag = streamOutput ? kStreamOut : 0;
+  size_t prevOff = 0, prevLen = 0;
+  for (uint32_t g = 1; g <= rounds; ++g) {
+    const size_t off = (g - 1) * perRound, len = std::min(perRound, count - off);
+    size_t so = 0, sl = 0;
+    if (!symmetric) chunkRange(len, n, rank, &so, &sl);
+    auto put = [&](size_t from, size_t k) {
+      if (k > 0)
+        st.push_back(makeMemStep(StepOp::MemPut, g, {Buf::Send, off + from}, {Buf::Window, from}, k,
+                                 static_cast<uint16_t>(pre | streamFlag)));
+    };
+    if (exposed) {
+      st.push_back(makeMemStep(StepOp::MemExpose, g, {Buf::Send, off}, {}, len, kPre));
+    } else if (ownInPlace) {
+      put(0, so);
+      put(so + sl, len - so - sl);
+    } else {
+      put(0, len);
+    }
+    ready(StepOp::MemPublish, g);
+    ready(StepOp::MemWait, g);
+    if (symmetric) {
+      st.push_back(
+          makeMemStep(StepOp::MemReduce, g, {Buf::Window, 0}, {Buf::Recv, off}, len, kPost));
+      continue;
+    }
+    if (g > 1)
+      st.push_back(makeMemStep(StepOp::MemGather, g - 1, {Buf::Window, 0}, {Buf::Recv, prevOff},
+                               prevLen,
+                               static_cast<uint16_t>(kNoWait | (stream ? kSkipOwn : 0) | outFlag)));
+    const uint16_t flags = static_cast<uint16_t>(kPost | (ownInPlace ? kOwnSrc | kPre : 0) |
+                                                 (stream ? kAlsoOut | kStream : 0) | outFlag);
+    st.push_back(makeMemStep(StepOp::MemReduce, g, {Buf::Window, so}, {Buf::Window, so}, sl, flags,
+                             off + so));
+    st.push_back(makeFlagStep(StepOp::MemPublish, MemWord::Reduced, g));
+    prevOff = off;
+    prevLen = len;
+  }
+  if (!symmetric && rounds > 0)
+    st.push_back(makeMemStep(StepOp::MemGather, rounds, {Buf::Window, 0}, {Buf::Recv, prevOff},
+                             prevLen, static_cast<uint16_t>((stream ? kSkipOwn : 0) | outFlag)));
   return s;
 }
 

@@ -38,22 +38,47 @@ const char* stepOpName(StepOp op) {
       return "recvCopySend";
     case StepOp::Copy:
       return "copy";
+    case StepOp::MemPut:
+      return "memPut";
+    case StepOp::MemExpose:
+      return "memExpose";
+    case StepOp::MemPublish:
+      return "memPublish";
+    case StepOp::MemWait:
+      return "memWait";
+    case StepOp::MemReduce:
+      return "memReduce";
+    case StepOp::MemGather:
+      return "memGather";
   }
   return "?";
 }
 
-bool stepRecvs(StepOp op) { return op != StepOp::Send && op != StepOp::Copy; }
+const char* memWordName(MemWord w) {
+  switch (w) {
+    case MemWord::Ready:
+      return "ready";
+    case MemWord::Reduced:
+      return "reduced";
+  }
+  return "?";
+}
+
+bool stepIsMemory(StepOp op) { return op >= StepOp::MemPut; }
+bool stepRecvs(StepOp op) { return op <= StepOp::RecvCopySend && op != StepOp::Send; }
 bool stepSends(StepOp op) {
   return op == StepOp::Send || op == StepOp::RecvReduceSend || op == StepOp::RecvReduceCopySend ||
          op == StepOp::RecvCopySend;
 }
 bool stepReads(StepOp op) {
   return op == StepOp::Send || op == StepOp::RecvReduceSend || op == StepOp::RecvReduceCopy ||
-         op == StepOp::RecvReduceCopySend || op == StepOp::Copy;
+         op == StepOp::RecvReduceCopySend || op == StepOp::Copy || op == StepOp::MemPut ||
+         op == StepOp::MemExpose || op == StepOp::MemReduce || op == StepOp::MemGather;
 }
 bool stepWrites(StepOp op) {
   return op == StepOp::Recv || op == StepOp::RecvReduceCopy || op == StepOp::RecvReduceCopySend ||
-         op == StepOp::RecvCopySend || op == StepOp::Copy;
+         op == StepOp::RecvCopySend || op == StepOp::Copy || op == StepOp::MemPut ||
+         op == StepOp::MemReduce || op == StepOp::MemGather;
 }
 
 size_t numPieces(size_t count, size_t elemSize, size_t slotBytes) {
@@ -83,6 +108,8 @@ const char* bufName(Buf b) {
       return "recv";
     case Buf::Scratch:
       return "scratch";
+    case Buf::Window:
+      return "window";
   }
   return "?";
 }
@@ -93,6 +120,10 @@ std::string toJson(const Schedule& s) {
     << "\",\"rank\":" << s.rank << ",\"nranks\":" << s.nranks << ",\"root\":" << s.root
     << ",\"count\":" << s.count;
   if (s.scratchCount > 0) o << ",\"scratchCount\":" << s.scratchCount;
+  if (s.mem.slots > 0)
+    o << ",\"window\":{\"count\":" << s.mem.count << ",\"slots\":" << s.mem.slots
+      << ",\"rounds\":" << s.mem.rounds
+      << ",\"lowLatency\":" << (s.mem.lowLatency ? "true" : "false") << "}";
   o << ",\"channels\":[";
   for (size_t c = 0; c < s.channels.size(); ++c) {
     o << (c ? "," : "") << "[";
@@ -105,7 +136,11 @@ std::string toJson(const Schedule& s) {
         o << ",\"src\":[\"" << bufName(st.src.buf) << "\"," << st.src.offset << "]";
       if (stepWrites(st.op))
         o << ",\"dst\":[\"" << bufName(st.dst.buf) << "\"," << st.dst.offset << "]";
-      o << ",\"count\":" << st.count;
+      if (st.op != StepOp::MemPublish && st.op != StepOp::MemWait) o << ",\"count\":" << st.count;
+      if (stepIsMemory(st.op)) o << ",\"round\":" << st.round;
+      if (st.op == StepOp::MemPublish || st.op == StepOp::MemWait)
+        o << ",\"word\":\"" << memWordName(static_cast<MemWord>(st.word)) << "\"";
+      if (st.flags & (kOwnSrc | kAlsoOut)) o << ",\"aux\":" << st.aux;
       if (st.flags) o << ",\"flags\":" << static_cast<int>(st.flags);
       o << "}";
     }
@@ -128,8 +163,23 @@ Schedule emptySchedule(Coll coll, const char* algorithm, int rank, int nranks, i
   return s;
 }
 
+Step makeMemStep(StepOp op, uint32_t round, BufRef src, BufRef dst, size_t count, uint16_t flags,
+                 size_t aux) {
+  Step s = makeStep(op, -1, -1, src, dst, count, flags);
+  s.round = round;
+  s.aux = aux;
+  return s;
+}
+
+Step makeFlagStep(StepOp op, MemWord word, uint32_t round) {
+  Step s = makeStep(op, -1, -1, {}, {}, 0);
+  s.round = round;
+  s.word = static_cast<uint8_t>(word);
+  return s;
+}
+
 Step makeStep(StepOp op, int recvPeer, int sendPeer, BufRef src, BufRef dst, size_t count,
-              uint8_t flags) {
+              uint16_t flags) {
   Step s;
   s.op = op;
   s.recvPeer = recvPeer;

@@ -14,6 +14,16 @@
 //    the FIFO to the peer; each piece of a receive consumes one.
 //  * A step's receive completes before its send starts (recv-reduce-send
 //    writes the reduced piece straight into the outgoing slot).
+//
+// Memory steps (Mem*) are for ranks that map each other's memory (shared memory on one host):
+// each rank owns a window of Schedule::mem.slots buffers of mem.count elements and two flags
+// (MemWord), and reads its peers' windows in place. A memory step is never cut into pieces.
+// Rounds: an operation's memory steps name rounds 1..mem.rounds; an executor numbers them
+// after the communicator's previous operations (base + round), and round g uses buffer
+// (base + g) % mem.slots, so back-to-back operations go on rotating the buffers. A flag only
+// grows; a wait for round g ends once the flag is at least g. What a peer may read, and when a
+// buffer may be written again, follows from the flags alone: the verifier proves both
+// (verifier.h).
 // Builders are pure functions of their arguments: no I/O, no globals.
 #pragma once
 
@@ -37,17 +47,35 @@ enum class StepOp : uint8_t {
   RecvReduceCopySend,  // dst = in (+) src; send dst
   RecvCopySend,        // dst = in; send in
   Copy,                // dst = src (applying kPre / kPost)
+  // Memory steps (round = Step::round, on the window buffer of that round):
+  MemPut,      // window[dst] = src (kPre)
+  MemExpose,   // this round's input is src itself: the peers read it in place (loomMemAlloc)
+  MemPublish,  // this rank's flag `word` = round
+  MemWait,     // until every peer's flag `word` >= round
+  MemReduce,   // dst = every rank's round input at src.offset, reduced (see kOwnSrc, kAlsoOut)
+  MemGather,   // every rank q's chunk q of window[src, +count) -> dst + chunk q (chunkRange)
 };
+constexpr int kNumStepOps = static_cast<int>(StepOp::MemGather) + 1;
 const char* stepOpName(StepOp op);
 bool stepRecvs(StepOp op);
 bool stepSends(StepOp op);
 bool stepReads(StepOp op);   // uses src
 bool stepWrites(StepOp op);  // writes dst
+bool stepIsMemory(StepOp op);
+
+// The flags of a rank's window (memory steps).
+enum class MemWord : uint8_t {
+  Ready = 0,    // the rank's input of a round is in its window (or exposed)
+  Reduced = 1,  // the rank's reduced slice of a round is in its window
+};
+constexpr int kNumMemWords = 2;
+const char* memWordName(MemWord w);
 
 // Which buffer of the operation a range lives in. Scratch is the communicator's own memory
 // (Schedule::scratchCount elements, allocated once and kept), for partial results that belong
 // in neither of the caller's buffers.
-enum class Buf : uint8_t { Send = 0, Recv = 1, Scratch = 2 };
+// Window is this rank's window buffer of the step's round (memory steps).
+enum class Buf : uint8_t { Send = 0, Recv = 1, Scratch = 2, Window = 3 };
 const char* bufName(Buf b);
 
 struct BufRef {
@@ -55,9 +83,21 @@ struct BufRef {
   size_t offset = 0;  // in elements
 };
 
-enum StepFlags : uint8_t {
+enum StepFlags : uint16_t {
   kPre = 1,   // src is this rank's own input: apply the op's pre-scale (PreMulSum)
   kPost = 2,  // the result is final: apply the op's post-op (Avg divides by nranks)
+  // MemReduce: this rank's contribution is its send buffer at `aux`, not its round input.
+  kOwnSrc = 4,
+  // MemReduce: the result also goes to the receive buffer at `aux`.
+  kAlsoOut = 8,
+  // MemGather: no flag wait (an earlier wait already covers the chunks).
+  kNoWait = 16,
+  // MemGather: this rank's own chunk is not copied (kAlsoOut wrote it).
+  kSkipOwn = 32,
+  // Hints to the executor, which change no value: what others read next is written with
+  // streaming stores (kStream), and so is the output (kStreamOut).
+  kStream = 64,
+  kStreamOut = 128,
 };
 
 struct Step {
@@ -67,7 +107,20 @@ struct Step {
   BufRef src;         // local operand (Send, *Reduce*, Copy)
   BufRef dst;         // local result (Recv, *Copy*)
   size_t count = 0;   // elements
-  uint8_t flags = 0;
+  uint16_t flags = 0;
+  // Memory steps: the round (1-based), the flag (MemWord) of MemPublish / MemWait, and the
+  // caller's-buffer offset of kOwnSrc / kAlsoOut.
+  uint32_t round = 0;
+  uint8_t word = 0;
+  size_t aux = 0;
+};
+
+// The windows a schedule's memory steps use (slots 0: none).
+struct MemWindow {
+  size_t count = 0;         // elements per buffer
+  uint32_t slots = 0;       // buffers, used in turn by rounds
+  uint32_t rounds = 0;      // rounds per operation
+  bool lowLatency = false;  // LL: input and flag share cache lines (kLLMaxBytes at most)
 };
 
 struct Schedule {
@@ -78,6 +131,7 @@ struct Schedule {
   int root = -1;
   size_t count = 0;                         // the collective's count argument
   size_t scratchCount = 0;                  // elements of Buf::Scratch the steps use (0: none)
+  MemWindow mem;                            // the memory steps' windows
   std::vector<std::vector<Step>> channels;  // channels[c] = ordered steps
 };
 
@@ -92,7 +146,11 @@ Schedule emptySchedule(Coll coll, const char* algorithm, int rank, int nranks, i
                        size_t count);
 // A step over [src.offset, +count) / [dst.offset, +count).
 Step makeStep(StepOp op, int recvPeer, int sendPeer, BufRef src, BufRef dst, size_t count,
-              uint8_t flags = 0);
+              uint16_t flags = 0);
+// A memory step of `round`.
+Step makeMemStep(StepOp op, uint32_t round, BufRef src, BufRef dst, size_t count,
+                 uint16_t flags = 0, size_t aux = 0);
+Step makeFlagStep(StepOp op, MemWord word, uint32_t round);
 // (a mod n) in [0, n).
 inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -162,9 +220,57 @@ Schedule buildRdAllReduce(int rank, int nranks, size_t count);
 Schedule buildHierAllReduce(int rank, int nranks, size_t count, const std::vector<int>& hostOf,
                             bool rdAcross = false);
 
-// Algorithms by name, as LOOM_ALGO and the tuner know them. Direct all-reduce
-// is the shared-memory path of src/exec (no schedule); direct all-to-all is
-// buildDirectAllToAll.
+// Direct all-reduce (direct.cc): every rank on one host, each reading its peers' windows in
+// place (memory steps). Three forms:
+//  * LL (up to DirectParams::llMaxBytes): one round; input and flag share cache lines, so a
+//    poll of a peer's line brings its data. Every rank reduces every input, in rank order.
+//  * Symmetric (up to DirectTuning::symmetricBytes / nranks): each round is put, published,
+//    waited for and reduced whole by every rank, in rank order, so results agree bit for bit;
+//    one wait a round.
+//  * Slices: rank r reduces slice r of every rank's round input into its window, publishes
+//    it, and every rank gathers the slices; each element is reduced once. The gather of round
+//    g - 1 follows round g's wait, which covers it (a peer publishes round g's input after
+//    its round g - 1 slice), so a round costs one wait; three buffers keep that safe.
+// Messages larger than a window buffer go in rounds.
+enum class DirectForm : uint8_t { LL, Symmetric, Slices };
+const char* directFormName(DirectForm f);  // "LL", "symmetric", "slices"
+
+// The direct all-reduce's thresholds, by CPU (directTuning); the executor may override them
+// from the environment (LOOM_DIRECT_*).
+struct DirectTuning {
+  // Slices form: from this size the copies others read, and the reduction's own slice, go
+  // with streaming stores.
+  size_t streamBytes = 0;
+  // Out of place: from this size, counted over the ranks that share a core, the output is
+  // written with streaming stores.
+  size_t streamOutputBytes = 0;
+  // A round not streamed takes at most this of a window buffer (half where two ranks share
+  // a core), so that it stays in the caches.
+  size_t cachedRoundBytes = 0;
+  // Symmetric form up to symmetricBytes / nranks.
+  size_t symmetricBytes = 0;
+};
+enum class CpuVendor : uint8_t { Amd, Intel, Other };
+DirectTuning directTuning(CpuVendor vendor);
+
+struct DirectParams {
+  size_t elemSize = 4;
+  size_t windowBytes = 0;  // bytes of each window buffer
+  size_t llMaxBytes = 0;   // LL form up to this many bytes (0: never)
+  int ranksPerCore = 1;    // ranks of the host sharing a core (at least 1)
+  bool scale = false;      // the op pre-scales (PreMulSum): every input is put, scaled
+  bool inPlace = false;    // the receive buffer is the send buffer
+  bool exposed = false;    // the send buffer is memory the peers map (loomMemAlloc)
+  DirectTuning tuning;
+};
+DirectForm directForm(size_t bytes, int nranks, const DirectParams& p);
+// Window buffers of the direct forms: LL uses two (by round parity), the others three.
+constexpr uint32_t kDirectSlots = 3;
+constexpr uint32_t kDirectLLSlots = 2;
+Schedule buildDirectAllReduce(int rank, int nranks, size_t count, const DirectParams& p);
+
+// Algorithms by name, as LOOM_ALGO and the tuner know them. Direct all-reduce is
+// buildDirectAllReduce (memory steps, one host); direct all-to-all is buildDirectAllToAll.
 enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct, Rd, HierRd };
 constexpr int kNumAlgos = 8;
 const char* algoName(Algo a);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -47,16 +48,43 @@ struct Fifo {
 
 struct ChannelState {
   std::vector<std::pair<uint32_t, uint32_t>> order;  // (step, piece), round-major
-  size_t pos = 0;
+  size_t pos = 0;                       // in order, repeated: operation pos / order.size()
+  size_t sub = 0;                       // MemGather: the next rank (k of (rank + k) % n)
   std::vector<size_t> pieces;           // per step
   std::vector<int> recvFifo, sendFifo;  // per step, -1 if none
   bool queued = false;
 };
 
+// Who last wrote a location of shared memory, and who read it since: (rank, that rank's clock).
+struct Access {
+  int16_t writer = -1;
+  uint32_t writeClock = 0;
+  std::vector<std::pair<int16_t, uint32_t>> reads;
+};
+
+// A rank's flag: its value and, for each value published, the publisher's clock then.
+struct Flag {
+  uint64_t value = 0;
+  std::vector<std::pair<uint64_t, std::vector<uint32_t>>> published;
+};
+
 struct RankState {
-  Cells mem;  // the rank's buffers, aliased as the collective defines in place
+  Cells mem;  // the rank's buffers, aliased as the collective defines in place; per operation
   size_t sendBase = 0, sendSize = 0, recvBase = 0, recvSize = 0;
-  size_t scratchBase = 0, scratchSize = 0;  // the schedule's scratch, after the buffers
+  size_t opStorage = 0;                     // elements of one operation's buffers
+  size_t scratchBase = 0, scratchSize = 0;  // the schedule's scratch, after every operation's
+  // Memory steps: the window (slots * count elements), who touched it and the rank's buffers
+  // (peers read an exposed input in place), the flags, the clock, and each round's input
+  // exposed in place (absolute round -> first element in mem, elements).
+  Cells window;
+  std::vector<Access> windowAccess, memAccess;
+  Flag flags[kNumMemWords];
+  std::vector<uint32_t> clock;
+  struct Exposed {
+    size_t first = 0, count = 0;  // in mem
+    bool pre = false;             // read as pre-scaled (kPre)
+  };
+  std::map<uint64_t, Exposed> exposed;
   std::vector<ChannelState> ch;
   // Channel race tracking (only with several channels): per element, the
   // channel that wrote it and the channel that read it (-2: several), or -1.
@@ -160,19 +188,33 @@ class Simulator {
       if (coll_ == Coll::AllGather) rs.sendBase = static_cast<size_t>(r) * c;
       if (coll_ == Coll::ReduceScatter) rs.recvBase = static_cast<size_t>(r) * c;
     }
+    // Every operation has its own buffers, one after the other.
+    rs.opStorage = storage;
+    storage *= reps_;
     // Scratch: its own storage, undefined until written, never an output.
     rs.scratchBase = storage;
     rs.scratchSize = s_[r].scratchCount;
     storage += rs.scratchSize;
-    if (storage > UINT32_MAX) return fail("buffers too large to verify");
+    if (storage > UINT32_MAX || rs.sendSize * reps_ > UINT32_MAX)
+      return fail("buffers too large to verify");
     rs.mem.resize(storage, words_);
     if (coll_ != Coll::Broadcast || isRoot) {
-      for (size_t k = 0; k < rs.sendSize; ++k) {
-        Val& v = rs.mem.v[rs.sendBase + k];
-        v.valid = 1;
-        v.index = static_cast<uint32_t>(k);
-        rs.mem.bits[(rs.sendBase + k) * words_ + r / 64] = uint64_t{1} << (r % 64);
+      for (size_t op = 0; op < reps_; ++op) {
+        for (size_t k = 0; k < rs.sendSize; ++k) {
+          const size_t at = op * rs.opStorage + rs.sendBase + k;
+          Val& v = rs.mem.v[at];
+          v.valid = 1;
+          v.index = static_cast<uint32_t>(op * rs.sendSize + k);
+          rs.mem.bits[at * words_ + r / 64] = uint64_t{1} << (r % 64);
+        }
       }
+    }
+    if (memory_) {
+      rs.window.resize(static_cast<size_t>(win_.slots) * win_.count, words_);
+      rs.windowAccess.assign(rs.window.v.size(), Access{});
+      rs.memAccess.assign(storage, Access{});
+      rs.clock.assign(static_cast<size_t>(n_), 0);
+      rs.clock[static_cast<size_t>(r)] = 1;
     }
     if (multiChannel_) {
       rs.writer.assign(storage, -1);
@@ -183,9 +225,10 @@ class Simulator {
 
   bool checkRange(int r, size_t c, size_t i, const char* what, BufRef ref, size_t count) {
     const RankState& rs = ranks_[r];
-    const size_t size = ref.buf == Buf::Send   ? rs.sendSize
-                        : ref.buf == Buf::Recv ? rs.recvSize
-                                               : rs.scratchSize;
+    const size_t size = ref.buf == Buf::Send      ? rs.sendSize
+                        : ref.buf == Buf::Recv    ? rs.recvSize
+                        : ref.buf == Buf::Scratch ? rs.scratchSize
+                                                  : win_.count;
     if (ref.offset <= size && count <= size - ref.offset) return true;
     std::ostringstream o;
     o << stepName(r, c, i) << ": " << what << " " << bufName(ref.buf) << "[" << ref.offset << ", "
@@ -214,9 +257,10 @@ class Simulator {
   bool setupStep(int r, size_t c, size_t i) {
     const Step& st = s_[r].channels[c][i];
     ChannelState& cs = ranks_[r].ch[c];
-    if (static_cast<unsigned>(st.op) > static_cast<unsigned>(StepOp::Copy))
+    if (static_cast<int>(st.op) >= kNumStepOps)
       return fail("rank " + std::to_string(r) + " channel " + std::to_string(c) + " step " +
                   std::to_string(i) + ": invalid op");
+    if (stepIsMemory(st.op)) return setupMemStep(r, c, i);
     const bool recvs = stepRecvs(st.op), sends = stepSends(st.op);
     auto badPeer = [&](const char* what, int peer, bool used) {
       std::ostringstream o;
@@ -238,6 +282,8 @@ class Simulator {
     if ((st.flags & ~(kPre | kPost)) != 0) return fail(stepName(r, c, i) + ": unknown flags");
     if ((st.flags & kPre) && !stepReads(st.op))
       return fail(stepName(r, c, i) + ": kPre on a step that has no src operand");
+    if (st.src.buf == Buf::Window || st.dst.buf == Buf::Window)
+      return fail(stepName(r, c, i) + ": only memory steps use the window");
     if (stepReads(st.op) && !checkRange(r, c, i, "src", st.src, st.count)) return false;
     if (stepWrites(st.op)) {
       if (st.dst.buf == Buf::Send)
@@ -250,12 +296,79 @@ class Simulator {
     return true;
   }
 
+  // A memory step's operands, flags and round.
+  bool setupMemStep(int r, size_t c, size_t i) {
+    const Step& st = s_[r].channels[c][i];
+    const std::string name = stepName(r, c, i);
+    if (!memory_) return fail(name + ": a memory step in a schedule without a window");
+    if (c != 0) return fail(name + ": memory steps run on channel 0 only");
+    if (st.recvPeer != -1 || st.sendPeer != -1) return fail(name + ": a memory step has no peer");
+    if (st.round < 1 || st.round > win_.rounds)
+      return fail(name + ": round " + std::to_string(st.round) + " is not in 1.." +
+                  std::to_string(win_.rounds));
+    const uint16_t allowed = st.op == StepOp::MemPut      ? (kPre | kStream)
+                             : st.op == StepOp::MemExpose ? kPre
+                             : st.op == StepOp::MemReduce
+                                 ? (kPre | kPost | kOwnSrc | kAlsoOut | kStream | kStreamOut)
+                             : st.op == StepOp::MemGather ? (kNoWait | kSkipOwn | kStreamOut)
+                                                          : 0;
+    if ((st.flags & ~allowed) != 0) return fail(name + ": flags not allowed on this step");
+    if (st.op == StepOp::MemReduce && (st.flags & kPre) && !(st.flags & kOwnSrc))
+      return fail(name + ": kPre without kOwnSrc (a peer's input is pre-scaled by its owner)");
+    auto window = [&](const char* what, BufRef ref) {
+      if (ref.buf != Buf::Window) return fail(name + ": " + what + " must be the window");
+      return checkRange(r, c, i, what, ref, st.count);
+    };
+    auto local = [&](const char* what, BufRef ref) {
+      if (ref.buf == Buf::Window) return fail(name + ": " + what + " must be a buffer");
+      return checkRange(r, c, i, what, ref, st.count);
+    };
+    auto writable = [&](const char* what, BufRef ref) {
+      if (ref.buf == Buf::Send) return fail(name + ": writes the send buffer, which is read-only");
+      return ref.buf == Buf::Window ? window(what, ref) : local(what, ref);
+    };
+    switch (st.op) {
+      case StepOp::MemPut:
+        if (!local("src", st.src) || !window("dst", st.dst)) return false;
+        break;
+      case StepOp::MemExpose:
+        if (st.src.buf != Buf::Send) return fail(name + ": only the send buffer is exposed");
+        if (!local("src", st.src)) return false;
+        if (st.count > win_.count)
+          return fail(name + ": exposes more than a round (" + std::to_string(win_.count) + ")");
+        break;
+      case StepOp::MemPublish:
+      case StepOp::MemWait:
+        if (st.word >= kNumMemWords) return fail(name + ": no such flag");
+        break;
+      case StepOp::MemReduce:
+        if (!window("src", st.src) || !writable("dst", st.dst)) return false;
+        if ((st.flags & kOwnSrc) && !local("own src", {Buf::Send, st.aux})) return false;
+        if ((st.flags & kAlsoOut) && !local("second dst", {Buf::Recv, st.aux})) return false;
+        break;
+      case StepOp::MemGather:
+        if (!window("src", st.src)) return false;
+        if (st.dst.buf != Buf::Recv) return fail(name + ": gathers into the receive buffer only");
+        if (!local("dst", st.dst)) return false;
+        break;
+      default:
+        break;
+    }
+    ranks_[r].ch[c].pieces[i] = 1;  // never cut into pieces
+    return true;
+  }
+
   bool setup() {
     n_ = static_cast<int>(s_.size());
     if (n_ == 0) return fail("no schedules");
-    if (opt_.elemSize == 0 || opt_.slotBytes == 0 || opt_.fifoDepth == 0)
-      return fail("elemSize, slotBytes and fifoDepth must be positive");
+    if (opt_.elemSize == 0 || opt_.slotBytes == 0 || opt_.fifoDepth == 0 || opt_.repeat == 0)
+      return fail("elemSize, slotBytes, fifoDepth and repeat must be positive");
+    reps_ = opt_.repeat;
     const Schedule& s0 = s_[0];
+    win_ = s0.mem;
+    memory_ = win_.slots > 0;
+    if (memory_ && win_.count * win_.slots > (size_t{1} << 24))
+      return fail("windows too large to verify");
     coll_ = s0.coll;
     count_ = s0.count;
     root_ = s0.root;
@@ -276,6 +389,9 @@ class Simulator {
         return fail(who + " is " + collName(s.coll) + ", not " + collName(coll_));
       if (s.count != count_) return fail(who + " has count " + std::to_string(s.count));
       if (rooted && s.root != root_) return fail(who + " has root " + std::to_string(s.root));
+      if (s.mem.count != win_.count || s.mem.slots != win_.slots || s.mem.rounds != win_.rounds ||
+          s.mem.lowLatency != win_.lowLatency)
+        return fail(who + "'s window differs from schedule 0's");
       if (s.channels.size() != s0.channels.size())
         return fail(who + " has " + std::to_string(s.channels.size()) + " channels, schedule 0 " +
                     std::to_string(s0.channels.size()));
@@ -335,8 +451,10 @@ class Simulator {
     return true;
   }
 
+  // Where buffer b of the operation being run (op_) starts in rs.mem.
   size_t base(const RankState& rs, Buf b) const {
-    return b == Buf::Send ? rs.sendBase : b == Buf::Recv ? rs.recvBase : rs.scratchBase;
+    const size_t op = op_ * rs.opStorage;
+    return b == Buf::Send ? op + rs.sendBase : b == Buf::Recv ? op + rs.recvBase : rs.scratchBase;
   }
 
   // scratch = src piece, applying kPre.
@@ -378,34 +496,43 @@ class Simulator {
     return true;
   }
 
-  // scratch = in (+) scratch, element-wise.
-  bool reduce(int r, size_t c, size_t i, size_t p, const Msg& in) {
+  // Why value a (bits ab) cannot be reduced into b (bits bb), or null when it can.
+  const char* cannotCombine(const Val& a, const uint64_t* ab, const Val& b,
+                            const uint64_t* bb) const {
+    if (!a.valid) return "the value is undefined";
+    if (a.index != b.index) return "the values have different source indices";
+    if (a.post || b.post) return "a value already has the post-op applied";
+    for (size_t w = 0; w < words_; ++w)
+      if (ab[w] & bb[w]) return "the contributor sets overlap (a contribution is reduced twice)";
+    return nullptr;
+  }
+
+  // into (+)= from, element-wise; error(k, why) words a failure at element k.
+  template <typename Error>
+  bool combine(Cells& into, const Cells& from, Error&& error) {
     const size_t W = words_;
-    for (size_t k = 0; k < in.len; ++k) {
-      const Val& a = in.data.v[k];
-      Val& b = scratch_.v[k];
-      const uint64_t* ab = &in.data.bits[k * W];
-      uint64_t* bb = &scratch_.bits[k * W];
-      const char* why = nullptr;
-      if (!a.valid)
-        why = "the received value is undefined";
-      else if (a.index != b.index)
-        why = "the values have different source indices";
-      else if (a.post || b.post)
-        why = "a value already has the post-op applied";
-      for (size_t w = 0; !why && w < W; ++w)
-        if (ab[w] & bb[w]) why = "the contributor sets overlap (a contribution is reduced twice)";
-      if (why) {
-        std::ostringstream o;
-        o << where(r, c, i, p) << ": element " << k << " of the piece: cannot reduce received "
-          << describe(a, ab) << " (from rank " << s_[r].channels[c][i].recvPeer << " step "
-          << in.step << ") with local " << describe(b, bb) << ": " << why;
-        return fail(o.str());
-      }
+    for (size_t k = 0; k < into.v.size(); ++k) {
+      Val& b = into.v[k];
+      uint64_t* bb = &into.bits[k * W];
+      const Val& a = from.v[k];
+      const uint64_t* ab = &from.bits[k * W];
+      if (const char* why = cannotCombine(a, ab, b, bb)) return fail(error(k, why));
       b.pre = static_cast<uint16_t>(b.pre + a.pre);
       for (size_t w = 0; w < W; ++w) bb[w] |= ab[w];
     }
     return true;
+  }
+
+  // scratch = in (+) scratch, element-wise.
+  bool reduce(int r, size_t c, size_t i, size_t p, const Msg& in) {
+    return combine(scratch_, in.data, [&](size_t k, const char* why) {
+      std::ostringstream o;
+      o << where(r, c, i, p) << ": element " << k << " of the piece: cannot reduce received "
+        << describe(in.data.v[k], &in.data.bits[k * words_]) << " (from rank "
+        << s_[r].channels[c][i].recvPeer << " step " << in.step << ") with local "
+        << describe(scratch_.v[k], &scratch_.bits[k * words_]) << ": " << why;
+      return o.str();
+    });
   }
 
   bool applyPost(int r, size_t c, size_t i, size_t p) {
@@ -436,7 +563,7 @@ class Simulator {
 
   void enqueue(int r, size_t c) {
     ChannelState& cs = ranks_[r].ch[c];
-    if (cs.queued || cs.pos == cs.order.size()) return;
+    if (cs.queued || cs.pos == cs.order.size() * reps_) return;
     cs.queued = true;
     queue_.emplace_back(r, c);
   }
@@ -444,9 +571,15 @@ class Simulator {
   // Runs the next piece of rank r's channel c if both its FIFOs allow.
   Fire fire(int r, size_t c) {
     ChannelState& cs = ranks_[r].ch[c];
-    if (cs.pos == cs.order.size()) return Fire::kDone;
-    const auto [i, p] = cs.order[cs.pos];
+    if (cs.pos == cs.order.size() * reps_) return Fire::kDone;
+    op_ = cs.pos / cs.order.size();
+    const auto [i, p] = cs.order[cs.pos % cs.order.size()];
     const Step& st = s_[r].channels[c][i];
+    if (stepIsMemory(st.op)) {
+      const Fire f = fireMem(r, c, i, st);
+      if (f == Fire::kFired && !endOfOperation(r, c)) return Fire::kError;
+      return f;
+    }
     size_t start, len;
     pieceRange(st.count, cs.pieces[i], p, &start, &len);
     Fifo* in = cs.recvFifo[i] >= 0 ? &fifos_[cs.recvFifo[i]] : nullptr;
@@ -478,6 +611,8 @@ class Simulator {
       case StepOp::RecvReduceCopySend:
         ok = load(r, c, i, p, st, start, len) && reduce(r, c, i, p, *m);
         break;
+      default:  // memory steps: fireMem
+        break;
     }
     if (ok && (st.flags & kPost)) ok = applyPost(r, c, i, p);
     if (ok && stepWrites(st.op)) ok = store(r, c, i, p, st, start);
@@ -498,7 +633,260 @@ class Simulator {
       enqueue(out->to, c);
     }
     ++cs.pos;
+    if (!endOfOperation(r, c)) return Fire::kError;
     return Fire::kFired;
+  }
+
+  // --- memory steps ---
+
+  bool before(int r, int q, uint32_t clock) const {
+    return q == r || ranks_[r].clock[static_cast<size_t>(q)] >= clock;
+  }
+
+  std::string windowName(int q, uint64_t round, size_t at) const {
+    return "rank " + std::to_string(q) + "'s window[" + std::to_string(at % win_.count) +
+           "] (buffer " + std::to_string(at / win_.count) + ", round " + std::to_string(round) +
+           ")";
+  }
+
+  // Rank r reads a location that `a` tracks: what it reads must have been written before.
+  bool readShared(int r, Access& a, const std::string& where, const std::string& what) {
+    if (a.writer >= 0 && !before(r, a.writer, a.writeClock))
+      return fail(where + ": reads " + what + " while rank " + std::to_string(a.writer) +
+                  " may still be writing it (no flag wait orders the write before the read: a "
+                  "race)");
+    const uint32_t now = ranks_[r].clock[static_cast<size_t>(r)];
+    for (auto& rd : a.reads)
+      if (rd.first == r) {
+        rd.second = now;
+        return true;
+      }
+    a.reads.emplace_back(static_cast<int16_t>(r), now);
+    return true;
+  }
+
+  // Rank r writes a location that `a` tracks: every earlier access by a peer must be ordered
+  // before it.
+  bool writeShared(int r, Access& a, const std::string& where, const std::string& what) {
+    if (a.writer >= 0 && !before(r, a.writer, a.writeClock))
+      return fail(where + ": writes " + what + " while rank " + std::to_string(a.writer) +
+                  " may still be writing it (a race)");
+    for (const auto& rd : a.reads)
+      if (!before(r, rd.first, rd.second))
+        return fail(where + ": overwrites " + what + " while rank " + std::to_string(rd.first) +
+                    " may still be reading it (no flag wait orders the read before the write: a "
+                    "race)");
+    a.writer = static_cast<int16_t>(r);
+    a.writeClock = ranks_[r].clock[static_cast<size_t>(r)];
+    a.reads.clear();
+    return true;
+  }
+
+  uint64_t absRound(const Step& st) const { return op_ * win_.rounds + st.round; }
+  size_t windowAt(uint64_t round, size_t offset) const {
+    return static_cast<size_t>(round % win_.slots) * win_.count + offset;
+  }
+
+  // Copies `len` values into a run of cells.
+  static void copyCells(Cells& to, size_t at, const Cells& from, size_t fromAt, size_t len,
+                        size_t W) {
+    for (size_t k = 0; k < len; ++k) {
+      to.v[at + k] = from.v[fromAt + k];
+      for (size_t w = 0; w < W; ++w) to.bits[(at + k) * W + w] = from.bits[(fromAt + k) * W + w];
+    }
+  }
+
+  // scratch_ = rank q's input of `round` at [offset, +len), as rank r reads it: from q's window,
+  // or in place where q exposed it.
+  bool readInput(int r, int q, uint64_t round, size_t offset, size_t len, const std::string& at) {
+    RankState& qs = ranks_[q];
+    auto ex = qs.exposed.find(round);
+    Cells& from = ex != qs.exposed.end() ? qs.mem : qs.window;
+    std::vector<Access>& acc = ex != qs.exposed.end() ? qs.memAccess : qs.windowAccess;
+    const size_t first =
+        ex != qs.exposed.end() ? ex->second.first + offset : windowAt(round, offset);
+    if (ex != qs.exposed.end() && offset + len > ex->second.count)
+      return fail(at + ": reads past rank " + std::to_string(q) + "'s input exposed for round " +
+                  std::to_string(round));
+    for (size_t k = 0; k < len; ++k) {
+      const std::string what = ex != qs.exposed.end()
+                                   ? "rank " + std::to_string(q) + "'s input in place [" +
+                                         std::to_string(offset + k) + "] (round " +
+                                         std::to_string(round) + ")"
+                                   : windowName(q, round, first + k);
+      if (q != r && !readShared(r, acc[first + k], at, what)) return false;
+      if (!from.v[first + k].valid) return fail(at + ": reads " + what + ", which is undefined");
+    }
+    scratch_.resize(len, words_);
+    copyCells(scratch_, 0, from, first, len, words_);
+    if (ex != qs.exposed.end() && ex->second.pre)
+      for (Val& v : scratch_.v) {
+        if (v.pre != 0) return fail(at + ": a contribution would be pre-scaled twice");
+        v.pre = 1;
+      }
+    return true;
+  }
+
+  // Writes scratch_ to rank r's window of `round` at offset, or to its buffer `ref`.
+  bool writeOut(int r, uint64_t round, BufRef ref, const std::string& at) {
+    RankState& rs = ranks_[r];
+    const size_t len = scratch_.v.size();
+    if (ref.buf != Buf::Window) {
+      copyCells(rs.mem, base(rs, ref.buf) + ref.offset, scratch_, 0, len, words_);
+      return true;
+    }
+    const size_t first = windowAt(round, ref.offset);
+    for (size_t k = 0; k < len; ++k)
+      if (!writeShared(r, rs.windowAccess[first + k], at, windowName(r, round, first + k)))
+        return false;
+    copyCells(rs.window, first, scratch_, 0, len, words_);
+    return true;
+  }
+
+  // acc (+)= scratch_ (rank q's input), element-wise.
+  bool combineInput(Cells& acc, const std::string& at, int q) {
+    return combine(acc, scratch_, [&](size_t k, const char* why) {
+      std::ostringstream o;
+      o << at << ": element " << k << ": cannot reduce rank " << q << "'s "
+        << describe(scratch_.v[k], &scratch_.bits[k * words_]) << " into "
+        << describe(acc.v[k], &acc.bits[k * words_]) << ": " << why;
+      return o.str();
+    });
+  }
+
+  // Whether rank q's flag `word` has reached `round`; if so rank r acquires q's clock of then.
+  bool acquire(int r, int q, int word, uint64_t round) {
+    const Flag& f = ranks_[q].flags[word];
+    if (f.value < round) return false;
+    for (const auto& pub : f.published) {
+      if (pub.first < round) continue;
+      std::vector<uint32_t>& mine = ranks_[r].clock;
+      for (size_t k = 0; k < mine.size(); ++k) mine[k] = std::max(mine[k], pub.second[k]);
+      break;
+    }
+    return true;
+  }
+
+  Fire fireMem(int r, size_t c, size_t i, const Step& st) {
+    RankState& rs = ranks_[r];
+    ChannelState& cs = rs.ch[c];
+    const std::string at = where(r, c, i, 0) + " of operation " + std::to_string(op_);
+    const uint64_t round = absRound(st);
+    const bool ok = [&]() -> bool {
+      switch (st.op) {
+        case StepOp::MemPut:
+          return load(r, c, i, 0, st, 0, st.count) && writeOut(r, round, st.dst, at);
+        case StepOp::MemExpose:
+          rs.exposed[round] = {base(rs, Buf::Send) + st.src.offset, st.count,
+                               (st.flags & kPre) != 0};
+          return true;
+        case StepOp::MemPublish: {
+          Flag& f = rs.flags[st.word];
+          if (round <= f.value)
+            return fail(at + ": publishes round " + std::to_string(round) + " of its " +
+                        memWordName(static_cast<MemWord>(st.word)) + " flag, which is at " +
+                        std::to_string(f.value) + " already (flags only grow)");
+          f.value = round;
+          f.published.emplace_back(round, rs.clock);
+          ++rs.clock[static_cast<size_t>(r)];
+          for (int q = 0; q < n_; ++q)
+            if (q != r) enqueue(q, 0);
+          return true;
+        }
+        default:
+          return true;
+      }
+    }();
+    if (!ok) return Fire::kError;
+    switch (st.op) {
+      case StepOp::MemWait: {
+        bool all = true;
+        for (int q = 0; q < n_ && all; ++q) all = q == r || ranks_[q].flags[st.word].value >= round;
+        if (!all) return Fire::kBlocked;
+        for (int q = 0; q < n_; ++q)
+          if (q != r) acquire(r, q, st.word, round);
+        break;
+      }
+      case StepOp::MemReduce: {
+        Cells acc;
+        const int first = st.dst.buf == Buf::Window ? r : 0;
+        for (int k = 0; k < n_; ++k) {
+          const int q = (first + k) % n_;
+          bool ok2;
+          if (q == r && (st.flags & kOwnSrc)) {
+            BufRef own{Buf::Send, st.aux};
+            Step view = st;
+            view.src = own;
+            view.flags = st.flags & kPre;
+            ok2 = load(r, c, i, 0, view, 0, st.count);
+          } else {
+            ok2 = readInput(r, q, round, st.src.offset, st.count, at);
+          }
+          if (!ok2) return Fire::kError;
+          if (k == 0) {
+            std::swap(acc, scratch_);
+          } else if (!combineInput(acc, at, q)) {
+            return Fire::kError;
+          }
+        }
+        std::swap(acc, scratch_);
+        if ((st.flags & kPost) && !applyPost(r, c, i, 0)) return Fire::kError;
+        if (!writeOut(r, round, st.dst, at)) return Fire::kError;
+        if ((st.flags & kAlsoOut) && !writeOut(r, round, {Buf::Recv, st.aux}, at))
+          return Fire::kError;
+        break;
+      }
+      case StepOp::MemGather: {
+        for (; cs.sub < static_cast<size_t>(n_); ++cs.sub) {
+          const int q = (r + static_cast<int>(cs.sub)) % n_;
+          if (q == r && (st.flags & kSkipOwn)) continue;
+          if (q != r && !(st.flags & kNoWait) &&
+              !acquire(r, q, static_cast<int>(MemWord::Reduced), round))
+            return Fire::kBlocked;
+          size_t qo, ql;
+          chunkRange(st.count, n_, q, &qo, &ql);
+          RankState& qs = ranks_[q];
+          const size_t first = windowAt(round, st.src.offset + qo);
+          for (size_t k = 0; k < ql; ++k) {
+            const std::string what = windowName(q, round, first + k);
+            if (q != r && !readShared(r, qs.windowAccess[first + k], at, what)) return Fire::kError;
+            if (!qs.window.v[first + k].valid) {
+              fail(at + ": reads " + what + ", which is undefined");
+              return Fire::kError;
+            }
+          }
+          scratch_.resize(ql, words_);
+          copyCells(scratch_, 0, qs.window, first, ql, words_);
+          if (!writeOut(r, round, {Buf::Recv, st.dst.offset + qo}, at)) return Fire::kError;
+        }
+        cs.sub = 0;
+        break;
+      }
+      default:
+        break;
+    }
+    ++cs.pos;
+    return Fire::kFired;
+  }
+
+  // Once rank r's channel c has finished an operation, its caller may write the send buffer:
+  // that counts as a write of each input it exposed, so a peer's read not ordered before the
+  // return (or made after it) is a race.
+  bool endOfOperation(int r, size_t c) {
+    ChannelState& cs = ranks_[r].ch[c];
+    if (!memory_ || cs.pos % cs.order.size() != 0) return true;
+    RankState& rs = ranks_[r];
+    const size_t op = cs.pos / cs.order.size() - 1;
+    for (auto it = rs.exposed.begin(); it != rs.exposed.end(); ++it) {
+      if (it->first <= op * win_.rounds || it->first > (op + 1) * win_.rounds) continue;
+      const std::string at = "rank " + std::to_string(r) + " returns from operation " +
+                             std::to_string(op) + ", and its caller may write the send buffer";
+      for (size_t k = 0; k < it->second.count; ++k)
+        if (!writeShared(r, rs.memAccess[it->second.first + k], at,
+                         "its input exposed in place for round " + std::to_string(it->first)))
+          return false;
+    }
+    return true;
   }
 
   bool simulate() {
@@ -518,11 +906,21 @@ class Simulator {
     for (int r = 0; r < n_; ++r)
       for (size_t c = 0; c < ranks_[r].ch.size(); ++c) {
         const ChannelState& cs = ranks_[r].ch[c];
-        if (cs.pos == cs.order.size()) continue;
-        const auto [i, p] = cs.order[cs.pos];
+        if (cs.pos == cs.order.size() * reps_) continue;
+        const auto [i, p] = cs.order[cs.pos % cs.order.size()];
         const Step& st = s_[r].channels[c][i];
         o << (stuck++ ? "; " : "") << where(r, c, i, p);
-        if (cs.recvFifo[i] >= 0 && fifos_[cs.recvFifo[i]].size == 0) {
+        if (reps_ > 1) o << " of operation " << cs.pos / cs.order.size();
+        if (stepIsMemory(st.op)) {
+          const int word = st.op == StepOp::MemGather ? static_cast<int>(MemWord::Reduced)
+                                                      : static_cast<int>(st.word);
+          const uint64_t round = (cs.pos / cs.order.size()) * win_.rounds + st.round;
+          for (int q = 0; q < n_; ++q)
+            if (q != r && ranks_[q].flags[word].value < round)
+              o << " waits for rank " << q << "'s " << memWordName(static_cast<MemWord>(word))
+                << " flag to reach round " << round << " (it is at " << ranks_[q].flags[word].value
+                << ")";
+        } else if (cs.recvFifo[i] >= 0 && fifos_[cs.recvFifo[i]].size == 0) {
           o << " waits for a piece from rank " << st.recvPeer;
           for (const Fifo& f : fifos_)
             if (f.to == r && f.channel == static_cast<int>(c) && f.size > 0)
@@ -554,8 +952,10 @@ class Simulator {
   // `only`), pre-scaled, post-op} as the collective defines it.
   bool expect(int r, size_t at, size_t index, int only) {
     const RankState& rs = ranks_[r];
-    const Val& v = rs.mem.v[rs.recvBase + at];
-    const uint64_t* bits = &rs.mem.bits[(rs.recvBase + at) * words_];
+    const size_t cell = op_ * rs.opStorage + rs.recvBase + at;
+    index += op_ * rs.sendSize;
+    const Val& v = rs.mem.v[cell];
+    const uint64_t* bits = &rs.mem.bits[cell * words_];
     const bool reduced = only < 0;
     bool ok =
         v.valid && v.index == index && v.pre == (reduced ? n_ : 0) && v.post == (reduced ? 1 : 0);
@@ -571,8 +971,10 @@ class Simulator {
     }
     if (ok) return true;
     std::ostringstream o;
-    o << collName(coll_) << ": rank " << r << " recv[" << at << "] is " << describe(v, bits)
-      << ", but should be {index " << index << ", ranks ";
+    o << collName(coll_) << ": rank " << r;
+    if (reps_ > 1) o << " operation " << op_;
+    o << " recv[" << at << "] is " << describe(v, bits) << ", but should be {index " << index
+      << ", ranks ";
     if (reduced)
       o << "{0-" << n_ - 1 << "}, pre-scaled " << n_ << ", post-op 1}";
     else
@@ -588,6 +990,12 @@ class Simulator {
   }
 
   bool checkOutputs() {
+    for (op_ = 0; op_ < reps_; ++op_)
+      if (!checkOutputsOf()) return false;
+    return true;
+  }
+
+  bool checkOutputsOf() {
     const size_t c = count_, n = static_cast<size_t>(n_);
     for (int r = 0; r < n_; ++r) {
       for (size_t k = 0; k < c; ++k) {
@@ -627,6 +1035,10 @@ class Simulator {
   int root_ = -1;
   size_t words_ = 1;
   bool multiChannel_ = false;
+  bool memory_ = false;
+  MemWindow win_;
+  size_t reps_ = 1;
+  size_t op_ = 0;  // the operation being run or checked (of reps_)
   std::vector<RankState> ranks_;
   std::vector<Fifo> fifos_;
   std::vector<int> fifoOf_;  // by (channel * n + from) * n + to; -1 until used

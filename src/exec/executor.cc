@@ -264,6 +264,8 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
             else if (dst != src)
               std::memmove(dst, src, bytes);
             break;
+          default:  // memory steps never reach the FIFO executor
+            break;
         }
         if (sc != nullptr) {
           if (news != nullptr) news->stampIfNew(sc, st.sendPeer);

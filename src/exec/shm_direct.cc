@@ -94,18 +94,6 @@ static size_t streamOutputBytes() {
   return bytes;
 }
 
-const char* directFormName(DirectForm f) {
-  switch (f) {
-    case DirectForm::LL:
-      return "LL";
-    case DirectForm::Symmetric:
-      return "symmetric";
-    case DirectForm::Slices:
-      return "slices";
-  }
-  return "?";
-}
-
 size_t llMaxBytes(const Comm& comm) {
   return comm.outnumbered() ? transport::kShmLLBytes : transport::kShmLLMaxBytes;
 }

@@ -24,8 +24,8 @@
 
 namespace loom::exec {
 
-enum class DirectForm { LL, Symmetric, Slices };
-const char* directFormName(DirectForm f);  // "LL", "symmetric", "slices"
+using algo::DirectForm;
+using algo::directFormName;
 // The form for an all-reduce of `bytes` among `nranks`: LL up to `llMax` bytes when `llAllowed`
 // (LOOM_PROTO), symmetric up to symmetricMaxBytes(nranks), slices above. llMaxBytes(comm):
 // transport::kShmLLMaxBytes where every rank has a core; transport::kShmLLBytes (one line) where
