@@ -4,6 +4,7 @@
 # read-only so the host's build runs inside, creates two Soft-RoCE (rdma_rxe)
 # devices on the two ends of a veth pair, and runs in one boot:
 #   - the ib unit tests with devices present;
+#   - the transport conformance suite's ib cases (tests/transport), which must run, not skip;
 #   - loom_mp_tests' every-case sweep on 2 ranks (every collective, type, op and
 #     root, with shared memory off, which LOOM_NET=IB moves onto ib) and a rank
 #     killed mid all-reduce, which the others must report; a rank with its own
@@ -113,6 +114,13 @@ step() {  # name, timeout seconds, command...
 export LOOM_IB_HCA=rxe LOOM_TIMEOUT_MS=60000
 echo "devices: \$(ls /sys/class/infiniband | tr '\n' ' ')" > "\$R/info.txt"
 step unit 120 $BUILD/tests/loom_unit_tests --gtest_filter='Ib*'
+conformance() {
+  local out; out=\$($BUILD/tests/loom_transport_tests --gtest_filter='Ib/*' 2>&1); local rc=\$?
+  echo "\$out"
+  [ \$rc = 0 ] && ! echo "\$out" | grep -q '^\[  SKIPPED \]'
+}
+[ -x $BUILD/tests/loom_transport_tests ] &&
+  step conformance 300 bash -c "\$(declare -f conformance); conformance"
 LOOM_NET=IB step collectives 600 $BUILD/tests/loom_mp_tests \
   --gtest_filter='Ranks/CollectivesTest.EveryCase/2ranks_tcp'
 LOOM_NET=IB LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TRANSPORT LOOM_MP_VERBOSE=1 step registered 300 $BUILD/tests/loom_mp_tests \
@@ -186,7 +194,7 @@ grep -h "after the kill" "$WORK/host_kill.log" 2>/dev/null | sed 's/^/  /'
 zc=$(grep -ho "[0-9]* sends from registered buffers" "$WORK/registered.log" 2>/dev/null | awk '{s += $1} END {print s + 0}')
 echo "  sends straight from registered user buffers: $zc"
 [ -f "$WORK/registered.log" ] && [ "$zc" = 0 ] && { echo "FAIL: no send came from registered memory"; fail=1; }
-grep -h "PASSED\|FAILED" "$WORK"/{unit,collectives,registered,rank_killed}.log 2>/dev/null | sed 's/^/  /'
+grep -h "PASSED\|FAILED" "$WORK"/{unit,conformance,collectives,registered,rank_killed}.log 2>/dev/null | sed 's/^/  /'
 for p in perf_ib_2 perf_tcp_2 perf_ib_4; do
   [ -f "$WORK/$p.log" ] || continue
   echo "== $p"; grep -E "^ +[0-9]+ +[0-9]+ +(float|int)|Avg bus|Out of bounds" "$WORK/$p.log" | head -60
