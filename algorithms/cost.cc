@@ -38,6 +38,7 @@ CostModel defaultCostModel() {
   set(Link::Pcie, 3, 20);
   set(Link::Net, 5, 12);
   m.reduce_us_per_byte = 1.0 / 20e3;
+  m.memory = {0.15, 1.0 / 10e3, 0};
   return m;
 }
 
@@ -61,6 +62,8 @@ bool reduces(StepOp op) {
 
 // One rank's run through its schedule on its own clock.
 struct RankRun {
+  // Memory steps: when each flag (MemWord) reached each round.
+  std::vector<double> published[kNumMemWords];       // by round; -1: not yet
   std::vector<std::pair<uint32_t, uint32_t>> order;  // (step, piece), round-major per channel
   std::vector<uint32_t> channelOf;                   // per order entry
   std::vector<std::vector<size_t>> pieces;           // per channel, per step
@@ -70,6 +73,70 @@ struct RankRun {
 };
 
 }  // namespace
+
+// When rank q's flag `word` reached `round`, or -1 if it has not yet.
+double publishedAt(const RankRun& q, int word, uint32_t round) {
+  const std::vector<double>& at = q.published[word];
+  return round < at.size() ? at[round] : -1;
+}
+
+// Takes memory step st of rank r on its clock; false when it must wait for a peer's publish.
+template <typename Enqueue>
+bool memoryStep(std::vector<RankRun>& runs, int r, const Step& st, double bytes,
+                const CostModel& model, Enqueue&& enqueue) {
+  RankRun& run = runs[static_cast<size_t>(r)];
+  const int n = static_cast<int>(runs.size());
+  const LinkCost& mem = model.memory;
+  // The latest publish of `word` at `round` among the peers (kNoWait: none), or -1 when one
+  // has not published yet.
+  auto peersAt = [&](int word) {
+    double last = 0;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const double at = publishedAt(runs[static_cast<size_t>(q)], word, st.round);
+      if (at < 0) return -1.0;
+      last = std::max(last, at);
+    }
+    return last;
+  };
+  switch (st.op) {
+    case StepOp::MemPut:
+    case StepOp::MemPublish: {
+      if (st.op == StepOp::MemPut) {
+        run.clock += bytes * mem.beta_us_per_byte;
+        if (!(st.flags & kWithFlag)) break;
+      }
+      std::vector<double>& at = run.published[st.word];
+      if (at.size() <= st.round) at.resize(st.round + 1, -1);
+      at[st.round] = run.clock;
+      for (int q = 0; q < n; ++q)
+        if (q != r) enqueue(q);
+      break;
+    }
+    case StepOp::MemWait: {
+      const double last = peersAt(st.word);
+      if (last < 0) return false;
+      run.clock = std::max(run.clock, last + mem.alpha_us);
+      break;
+    }
+    case StepOp::MemReduce:
+      // Every other rank's part read across, then combined.
+      run.clock += bytes * (n - 1) * (mem.beta_us_per_byte + model.reduce_us_per_byte);
+      break;
+    case StepOp::MemGather: {
+      if (!(st.flags & kNoWait)) {
+        const double last = peersAt(static_cast<int>(MemWord::Reduced));
+        if (last < 0) return false;
+        run.clock = std::max(run.clock, last + mem.alpha_us);
+      }
+      run.clock += bytes * mem.beta_us_per_byte;
+      break;
+    }
+    default:
+      break;
+  }
+  return true;
+}
 
 double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const CostModel& model,
                  const LinkMap& links) {
@@ -88,7 +155,9 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
       const auto& steps = s.channels[c];
       size_t rounds = 0;
       for (const Step& st : steps) {
-        size_t p = std::min(numPieces(st.count, elemSize, model.slotBytes), maxPieces);
+        size_t p = stepIsMemory(st.op)
+                       ? 1
+                       : std::min(numPieces(st.count, elemSize, model.slotBytes), maxPieces);
         run.pieces[c].push_back(p);
         rounds = std::max(rounds, p);
       }
@@ -132,6 +201,12 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
     size_t start, len;
     pieceRange(st.count, run.pieces[c][i], p, &start, &len);
     const double bytes = static_cast<double>(len * elemSize);
+    if (stepIsMemory(st.op)) {
+      if (!memoryStep(runs, r, st, bytes, model, enqueue)) continue;  // a publish queues it
+      ++run.pos;
+      enqueue(r);
+      continue;
+    }
     if (stepRecvs(st.op)) {
       auto it = fifos.find(key(c, st.recvPeer, r));
       if (it == fifos.end() || it->second.empty()) continue;  // the sender queues it again

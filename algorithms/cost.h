@@ -9,7 +9,8 @@
 // where every unit is its own message) pays it on every one. The time of a
 // collective is predicted from the schedules themselves: predictUs() runs all
 // ranks' steps in the executor's order (channels in turn, pieces round-major,
-// a step's receive before its send) on a clock per rank, with the link type
+// a step's receive before its send; memory steps whole, a wait ending a memory
+// link's alpha after the last peer's publish) on a clock per rank, with the link type
 // between each pair from a host layout, and returns when the last rank ends.
 // Messages between hosts also share their hosts' ports: each host sends and
 // receives one stream at the link's bandwidth, however many of its ranks
@@ -46,6 +47,9 @@ struct LinkCost {
 
 struct CostModel {
   LinkCost links[kNumLinks];
+  // Memory steps (peers' windows read in place): alpha_us is a flag's trip to a peer (publish
+  // to a waiting peer seeing it), beta_us_per_byte the rate of a copy into or out of a window.
+  LinkCost memory;
   double reduce_us_per_byte = 0;  // combining a received byte with a local one
   size_t slotBytes = 262144;      // the executor's piece (LOOM_SLOT_BYTES)
   const LinkCost& link(Link l) const { return links[static_cast<int>(l)]; }

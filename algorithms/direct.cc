@@ -37,31 +37,45 @@ const char* directFormName(DirectForm f) {
   return "?";
 }
 
-// Measured on 2-vCPU guests (docs/journal/perf.md, stops 18 and 24-33):
-//  * streamBytes. On an AMD EPYC guest a line another core had just written was slower to
-//    read than memory: streaming from 64 KiB made 2 ranks 27-36% faster at 64 and 256 KiB,
-//    and 2 to 32 MiB 25-60%. On an Intel Xeon guest whose two cores share the last-level
-//    cache, streaming lost 15-20% at 2 and 8 MiB and gained 5% from 64 MiB.
-//  * streamOutputBytes: 8 MiB where the copies stream early (AMD), else 16 MiB (Intel: 2 ranks
-//    32 MiB 3.9 -> 4.9 GB/s, 4 ranks on 2 cores 16 MiB 2.3 -> 2.8; 2 ranks 8 MiB 7% slower).
-//  * cachedRoundBytes: 256 KiB rounds kept 2 ranks' buffers in a 2 MiB L2 (Intel, 10-12% at 2
-//    and 8 MiB); two ranks a core take half each (4 ranks on 2 cores, +4-14%).
-//  * symmetricBytes: the symmetric form was faster up to 32 KiB with 2 ranks, 16 KiB with 4
-//    and 8 KiB with 8 (Intel), slower from twice those: 64 KiB / nranks.
+// Why each threshold is what it is (the measurements are in docs/journal/perf.md):
+//  * streamBytes: on AMD EPYC a line another core has just written is slower to read than
+//    memory, so what the peers read next goes with streaming stores from 64 KiB; where the
+//    cores share the last-level cache (the Intel Xeon guests) that only pays for the largest
+//    messages.
+//  * streamOutputBytes: an output the caches could not keep goes to memory with streaming
+//    stores; earlier where the copies stream early.
+//  * cachedRoundBytes: rounds small enough that every rank's buffers of a round stay in the
+//    caches; two ranks sharing a core take half each.
+//  * symmetricBytes: the symmetric form saves the slices form's second wait and gather but
+//    reads every input on every rank, so it wins only while nranks times the message is small.
 DirectTuning directTuning(CpuVendor vendor) {
   DirectTuning t;
   t.streamBytes = vendor == CpuVendor::Amd ? size_t{64} << 10 : size_t{64} << 20;
-  t.streamOutputBytes = t.streamBytes <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
+  t.streamOutputBytes = streamOutputBytesFor(t.streamBytes);
   t.cachedRoundBytes = size_t{256} << 10;
   t.symmetricBytes = size_t{64} << 10;
   return t;
 }
 
+size_t streamOutputBytesFor(size_t streamBytes) {
+  return streamBytes <= (size_t{1} << 20) ? size_t{8} << 20 : size_t{16} << 20;
+}
+
 DirectForm directForm(size_t bytes, int nranks, const DirectParams& p) {
   if (bytes > 0 && bytes <= p.llMaxBytes) return DirectForm::LL;
-  return bytes <= p.tuning.symmetricBytes / static_cast<size_t>(std::max(nranks, 1))
-             ? DirectForm::Symmetric
-             : DirectForm::Slices;
+  const size_t symmetricMax =
+      p.tuning.symmetricFixedBytes >= 0
+          ? static_cast<size_t>(p.tuning.symmetricFixedBytes)
+          : p.tuning.symmetricBytes / static_cast<size_t>(std::max(nranks, 1));
+  return bytes <= symmetricMax ? DirectForm::Symmetric : DirectForm::Slices;
+}
+
+DirectParams defaultDirectParams() {
+  DirectParams p;
+  p.windowBytes = kDirectWindowBytes;
+  p.llMaxBytes = kDirectLLMaxBytes;
+  p.tuning = directTuning(CpuVendor::Other);
+  return p;
 }
 
 Schedule buildDirectAllReduce(int rank, int n, size_t count, const DirectParams& p) {
@@ -78,8 +92,11 @@ Schedule buildDirectAllReduce(int rank, int n, size_t count, const DirectParams&
 
   if (form == DirectForm::LL) {
     s.mem = {count, kDirectLLSlots, 1, true};
-    st.push_back(makeMemStep(StepOp::MemPut, 1, {Buf::Send, 0}, {Buf::Window, 0}, count, pre));
-    ready(StepOp::MemPublish, 1);
+    // The lines carry their round: the put is the publish.
+    Step put = makeMemStep(StepOp::MemPut, 1, {Buf::Send, 0}, {Buf::Window, 0}, count,
+                           static_cast<uint16_t>(pre | kWithFlag));
+    put.word = static_cast<uint8_t>(MemWord::Ready);
+    st.push_back(put);
     ready(StepOp::MemWait, 1);
     st.push_back(makeMemStep(StepOp::MemReduce, 1, {Buf::Window, 0}, {Buf::Recv, 0}, count, kPost));
     return s;
@@ -134,6 +151,7 @@ Schedule buildDirectAllReduce(int rank, int n, size_t count, const DirectParams&
                                prevLen,
                                static_cast<uint16_t>(kNoWait | (stream ? kSkipOwn : 0) | outFlag)));
     const uint16_t flags = static_cast<uint16_t>(kPost | (ownInPlace ? kOwnSrc | kPre : 0) |
+                                                 (ownInPlace ? kMayExpose : 0) |
                                                  (stream ? kAlsoOut | kStream : 0) | outFlag);
     st.push_back(makeMemStep(StepOp::MemReduce, g, {Buf::Window, so}, {Buf::Window, so}, sl, flags,
                              off + so));

@@ -138,7 +138,8 @@ std::string toJson(const Schedule& s) {
         o << ",\"dst\":[\"" << bufName(st.dst.buf) << "\"," << st.dst.offset << "]";
       if (st.op != StepOp::MemPublish && st.op != StepOp::MemWait) o << ",\"count\":" << st.count;
       if (stepIsMemory(st.op)) o << ",\"round\":" << st.round;
-      if (st.op == StepOp::MemPublish || st.op == StepOp::MemWait)
+      if (st.op == StepOp::MemPublish || st.op == StepOp::MemWait ||
+          (st.op == StepOp::MemPut && (st.flags & kWithFlag)))
         o << ",\"word\":\"" << memWordName(static_cast<MemWord>(st.word)) << "\"";
       if (st.flags & (kOwnSrc | kAlsoOut)) o << ",\"aux\":" << st.aux;
       if (st.flags) o << ",\"flags\":" << static_cast<int>(st.flags);
@@ -257,7 +258,7 @@ bool algoBuilds(Algo a, Coll coll) {
     case Algo::Chain:
       return coll == Coll::Broadcast || coll == Coll::Reduce;
     case Algo::Direct:
-      return coll == Coll::AllToAll;
+      return coll == Coll::AllToAll || coll == Coll::AllReduce;
   }
   return false;
 }
@@ -276,6 +277,10 @@ Schedule build(Algo a, Coll coll, int rank, int nranks, int root, size_t count, 
         return buildHierAllReduce(rank, nranks, count, hostOf, true);
       case Algo::Rd:
         return buildRdAllReduce(rank, nranks, count);
+      case Algo::Direct:
+        if (coll == Coll::AllReduce)
+          return buildDirectAllReduce(rank, nranks, count, defaultDirectParams());
+        break;
       case Algo::Rhd:
         return coll == Coll::AllReduce   ? buildRhdAllReduce(rank, nranks, count)
                : coll == Coll::AllGather ? buildRhdAllGather(rank, nranks, count)

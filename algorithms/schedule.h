@@ -48,7 +48,7 @@ enum class StepOp : uint8_t {
   RecvCopySend,        // dst = in; send in
   Copy,                // dst = src (applying kPre / kPost)
   // Memory steps (round = Step::round, on the window buffer of that round):
-  MemPut,      // window[dst] = src (kPre)
+  MemPut,      // window[dst] = src (kPre; kWithFlag: and publish `word`)
   MemExpose,   // this round's input is src itself: the peers read it in place (loomMemAlloc)
   MemPublish,  // this rank's flag `word` = round
   MemWait,     // until every peer's flag `word` >= round
@@ -98,6 +98,12 @@ enum StepFlags : uint16_t {
   // streaming stores (kStream), and so is the output (kStreamOut).
   kStream = 64,
   kStreamOut = 128,
+  // MemReduce: a peer's round input may be exposed in place (MemExpose) rather than in its
+  // window; the executor looks where each peer put it.
+  kMayExpose = 256,
+  // MemPut: the data carries the flag: flag `word` = round is published with it, in one step
+  // (low-latency lines, each of which holds its round beside its data).
+  kWithFlag = 512,
 };
 
 struct Step {
@@ -224,7 +230,8 @@ Schedule buildHierAllReduce(int rank, int nranks, size_t count, const std::vecto
 // place (memory steps). Three forms:
 //  * LL (up to DirectParams::llMaxBytes): one round; input and flag share cache lines, so a
 //    poll of a peer's line brings its data. Every rank reduces every input, in rank order.
-//  * Symmetric (up to DirectTuning::symmetricBytes / nranks): each round is put, published,
+//  * Symmetric (up to DirectTuning::symmetricBytes / nranks, by default): each round is put,
+//  published,
 //    waited for and reduced whole by every rank, in rank order, so results agree bit for bit;
 //    one wait a round.
 //  * Slices: rank r reduces slice r of every rank's round input into its window, publishes
@@ -247,11 +254,15 @@ struct DirectTuning {
   // A round not streamed takes at most this of a window buffer (half where two ranks share
   // a core), so that it stays in the caches.
   size_t cachedRoundBytes = 0;
-  // Symmetric form up to symmetricBytes / nranks.
+  // Symmetric form up to symmetricBytes / nranks; or, where symmetricFixedBytes >= 0, up to
+  // that whatever the ranks.
   size_t symmetricBytes = 0;
+  int64_t symmetricFixedBytes = -1;
 };
 enum class CpuVendor : uint8_t { Amd, Intel, Other };
 DirectTuning directTuning(CpuVendor vendor);
+// The streamOutputBytes that goes with a streamBytes (the table's rule).
+size_t streamOutputBytesFor(size_t streamBytes);
 
 struct DirectParams {
   size_t elemSize = 4;
@@ -264,13 +275,20 @@ struct DirectParams {
   DirectTuning tuning;
 };
 DirectForm directForm(size_t bytes, int nranks, const DirectParams& p);
+// What build(Algo::Direct, Coll::AllReduce, ...) uses (the cost model's and the tools' view):
+// 4-byte elements, windows of kDirectWindowBytes, LL up to kDirectLLMaxBytes, one rank a core,
+// out of place, the table for an unnamed CPU.
+constexpr size_t kDirectWindowBytes = size_t{1} << 20;  // LOOM_DIRECT_BYTES' default
+constexpr size_t kDirectLLMaxBytes = 384;               // transport::kLLMaxBytes
+DirectParams defaultDirectParams();
 // Window buffers of the direct forms: LL uses two (by round parity), the others three.
 constexpr uint32_t kDirectSlots = 3;
 constexpr uint32_t kDirectLLSlots = 2;
 Schedule buildDirectAllReduce(int rank, int nranks, size_t count, const DirectParams& p);
 
 // Algorithms by name, as LOOM_ALGO and the tuner know them. Direct all-reduce is
-// buildDirectAllReduce (memory steps, one host); direct all-to-all is buildDirectAllToAll.
+// buildDirectAllReduce (memory steps, one host; build() gives it defaultDirectParams(), the
+// library its own); direct all-to-all is buildDirectAllToAll.
 enum class Algo : uint8_t { Ring, Tree, Rhd, Hier, Chain, Direct, Rd, HierRd };
 constexpr int kNumAlgos = 8;
 const char* algoName(Algo a);

@@ -306,12 +306,13 @@ class Simulator {
     if (st.round < 1 || st.round > win_.rounds)
       return fail(name + ": round " + std::to_string(st.round) + " is not in 1.." +
                   std::to_string(win_.rounds));
-    const uint16_t allowed = st.op == StepOp::MemPut      ? (kPre | kStream)
-                             : st.op == StepOp::MemExpose ? kPre
-                             : st.op == StepOp::MemReduce
-                                 ? (kPre | kPost | kOwnSrc | kAlsoOut | kStream | kStreamOut)
-                             : st.op == StepOp::MemGather ? (kNoWait | kSkipOwn | kStreamOut)
-                                                          : 0;
+    const uint16_t allowed =
+        st.op == StepOp::MemPut      ? (kPre | kStream | kWithFlag)
+        : st.op == StepOp::MemExpose ? kPre
+        : st.op == StepOp::MemReduce
+            ? (kPre | kPost | kOwnSrc | kAlsoOut | kStream | kStreamOut | kMayExpose)
+        : st.op == StepOp::MemGather ? (kNoWait | kSkipOwn | kStreamOut)
+                                     : 0;
     if ((st.flags & ~allowed) != 0) return fail(name + ": flags not allowed on this step");
     if (st.op == StepOp::MemReduce && (st.flags & kPre) && !(st.flags & kOwnSrc))
       return fail(name + ": kPre without kOwnSrc (a peer's input is pre-scaled by its owner)");
@@ -330,6 +331,7 @@ class Simulator {
     switch (st.op) {
       case StepOp::MemPut:
         if (!local("src", st.src) || !window("dst", st.dst)) return false;
+        if (st.word >= kNumMemWords) return fail(name + ": no such flag");
         break;
       case StepOp::MemExpose:
         if (st.src.buf != Buf::Send) return fail(name + ": only the send buffer is exposed");
@@ -698,9 +700,14 @@ class Simulator {
 
   // scratch_ = rank q's input of `round` at [offset, +len), as rank r reads it: from q's window,
   // or in place where q exposed it.
-  bool readInput(int r, int q, uint64_t round, size_t offset, size_t len, const std::string& at) {
+  bool readInput(int r, int q, uint64_t round, size_t offset, size_t len, const std::string& at,
+                 bool mayExpose) {
     RankState& qs = ranks_[q];
     auto ex = qs.exposed.find(round);
+    if (ex != qs.exposed.end() && !mayExpose)
+      return fail(at + ": reads rank " + std::to_string(q) + "'s window of round " +
+                  std::to_string(round) + ", but rank " + std::to_string(q) +
+                  " exposed its input in place (the step has no kMayExpose)");
     Cells& from = ex != qs.exposed.end() ? qs.mem : qs.window;
     std::vector<Access>& acc = ex != qs.exposed.end() ? qs.memAccess : qs.windowAccess;
     const size_t first =
@@ -767,6 +774,22 @@ class Simulator {
     return true;
   }
 
+  // Rank r's flag st.word reaches `round`, releasing r's clock.
+  bool publish(int r, const Step& st, uint64_t round, const std::string& at) {
+    RankState& rs = ranks_[r];
+    Flag& f = rs.flags[st.word];
+    if (round <= f.value)
+      return fail(at + ": publishes round " + std::to_string(round) + " of its " +
+                  memWordName(static_cast<MemWord>(st.word)) + " flag, which is at " +
+                  std::to_string(f.value) + " already (flags only grow)");
+    f.value = round;
+    f.published.emplace_back(round, rs.clock);
+    ++rs.clock[static_cast<size_t>(r)];
+    for (int q = 0; q < n_; ++q)
+      if (q != r) enqueue(q, 0);
+    return true;
+  }
+
   Fire fireMem(int r, size_t c, size_t i, const Step& st) {
     RankState& rs = ranks_[r];
     ChannelState& cs = rs.ch[c];
@@ -775,24 +798,14 @@ class Simulator {
     const bool ok = [&]() -> bool {
       switch (st.op) {
         case StepOp::MemPut:
-          return load(r, c, i, 0, st, 0, st.count) && writeOut(r, round, st.dst, at);
+          return load(r, c, i, 0, st, 0, st.count) && writeOut(r, round, st.dst, at) &&
+                 (!(st.flags & kWithFlag) || publish(r, st, round, at));
         case StepOp::MemExpose:
           rs.exposed[round] = {base(rs, Buf::Send) + st.src.offset, st.count,
                                (st.flags & kPre) != 0};
           return true;
-        case StepOp::MemPublish: {
-          Flag& f = rs.flags[st.word];
-          if (round <= f.value)
-            return fail(at + ": publishes round " + std::to_string(round) + " of its " +
-                        memWordName(static_cast<MemWord>(st.word)) + " flag, which is at " +
-                        std::to_string(f.value) + " already (flags only grow)");
-          f.value = round;
-          f.published.emplace_back(round, rs.clock);
-          ++rs.clock[static_cast<size_t>(r)];
-          for (int q = 0; q < n_; ++q)
-            if (q != r) enqueue(q, 0);
-          return true;
-        }
+        case StepOp::MemPublish:
+          return publish(r, st, round, at);
         default:
           return true;
       }
@@ -820,7 +833,7 @@ class Simulator {
             view.flags = st.flags & kPre;
             ok2 = load(r, c, i, 0, view, 0, st.count);
           } else {
-            ok2 = readInput(r, q, round, st.src.offset, st.count, at);
+            ok2 = readInput(r, q, round, st.src.offset, st.count, at, (st.flags & kMayExpose) != 0);
           }
           if (!ok2) return Fire::kError;
           if (k == 0) {

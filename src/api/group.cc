@@ -17,7 +17,7 @@
 #include "api/api.h"
 #include "api/device.h"
 #include "exec/executor.h"
-#include "exec/shm_direct.h"
+#include "mem/mem.h"
 #include "util/env.h"
 #include "util/log.h"
 #include "util/wait.h"
@@ -178,6 +178,74 @@ void startOp(Comm& comm, const Call& from, exec::OpArgs& op, size_t count, loomD
   op.deadlineNs = (op.record != nullptr ? op.record->enterNs.get() : nowNs()) + timeoutNs;
 }
 
+// The direct all-reduce's thresholds: the table for this CPU (algorithms/direct.cc), with
+// LOOM_DIRECT_STREAM_BYTES, LOOM_DIRECT_STREAM_OUTPUT_BYTES and LOOM_DIRECT_SYM_MAX over it.
+const algo::DirectTuning& directTuning() {
+  static const algo::DirectTuning tuning = [] {
+    algo::CpuVendor vendor = algo::CpuVendor::Other;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd")) vendor = algo::CpuVendor::Amd;
+    if (__builtin_cpu_is("intel")) vendor = algo::CpuVendor::Intel;
+#endif
+    algo::DirectTuning t = algo::directTuning(vendor);
+    if (env::directStreamBytes() > 0) {
+      t.streamBytes = static_cast<size_t>(env::directStreamBytes());
+      t.streamOutputBytes = algo::streamOutputBytesFor(t.streamBytes);
+    }
+    if (env::directStreamOutputBytes() > 0)
+      t.streamOutputBytes = static_cast<size_t>(env::directStreamOutputBytes());
+    t.symmetricFixedBytes = env::directSymMax();
+    return t;
+  }();
+  return tuning;
+}
+
+// What the direct all-reduce's schedule depends on. The low-latency form takes up to 384 bytes
+// (transport::kLLMaxBytes) where every rank has a core, one line (kLLBytes) where ranks
+// outnumber the cores, whose waits are decided by the scheduler and where the lines past the
+// first measured slower than the symmetric form (8 ranks on 2 cores); none when LOOM_PROTO
+// rules LL out for all-reduce.
+static_assert(algo::kDirectLLMaxBytes == transport::kLLMaxBytes,
+              "the IR's LL size is the window's");
+static_assert(algo::kDirectSlots == transport::kWindowBuffers, "the IR's buffers are the window's");
+
+algo::DirectParams directParams(const Comm& comm, const Call& c, const exec::OpArgs& op,
+                                bool inPlace) {
+  static const bool llAllowed = protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
+  algo::DirectParams p;
+  p.elemSize = op.elemSize;
+  p.windowBytes = comm.memory()->windowBytes();
+  p.llMaxBytes = !llAllowed ? 0 : comm.outnumbered() ? transport::kLLBytes : transport::kLLMaxBytes;
+  p.ranksPerCore = comm.ranksPerCore();
+  p.scale = op.reducer.hasScale;
+  p.inPlace = inPlace;
+  p.tuning = directTuning();
+  // An input in loomMemAlloc memory is read in place by the peers (slices form only).
+  const size_t bytes = c.count * op.elemSize;
+  if (!p.scale && algo::directForm(bytes, comm.nranks(), p) == algo::DirectForm::Slices)
+    p.exposed = mem::lookup(c.sendbuff, bytes).token != 0;
+  return p;
+}
+
+// Keeps `schedule` as the plan of calls of c's shape (and dumps it where LOOM_SCHEDULE_DUMP
+// asks).
+void setPlan(Comm& comm, const Call& c, const exec::OpArgs& op, bool inPlace, algo::Algo chosen,
+             algo::Schedule schedule, const char* proto) {
+  Comm::LastPlan& plan = comm.lastPlan();
+  plan.schedule = std::move(schedule);
+  dumpSchedule(plan.schedule);
+  plan.coll = c.coll;
+  plan.count = c.count;
+  plan.elemSize = op.elemSize;
+  plan.root = c.root;
+  plan.inPlace = inPlace;
+  plan.scale = plan.exposed = plan.mayExpose = false;
+  plan.algo = chosen;
+  plan.proto = proto;
+  plan.valid = true;
+}
+
 Status runCollective(Comm& comm, const Call& c) {
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
@@ -202,39 +270,35 @@ Status runCollective(Comm& comm, const Call& c) {
   const algo::Algo chosen = direct ? algo::Algo::Direct
                             : same ? plan.algo
                                    : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
-  if (c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct) {
-    static const bool llAllowed = protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
-    const exec::DirectForm form =
-        exec::directForm(c.count * op.elemSize, comm.nranks(), llAllowed, exec::llMaxBytes(comm));
-    if (op.record != nullptr) {
-      op.record->algorithm = "direct";
-      op.record->channels = 1;
-      op.record->proto = exec::directFormName(form);
+  const bool directAllReduce = c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct;
+  bool rebuild = !same || plan.algo != chosen;
+  // The direct schedule also depends on the op's pre-scale and, in the slices form, on
+  // whether the input is loomMemAlloc memory; the rest is the call's shape.
+  if (directAllReduce && (rebuild || plan.scale != op.reducer.hasScale || plan.mayExpose)) {
+    const algo::DirectParams dp = directParams(comm, c, op, inPlace);
+    if (rebuild || plan.scale != dp.scale || plan.exposed != dp.exposed) {
+      const algo::DirectForm form = algo::directForm(c.count * op.elemSize, comm.nranks(), dp);
+      setPlan(comm, c, op, inPlace, chosen,
+              algo::buildDirectAllReduce(comm.rank(), comm.nranks(), c.count, dp),
+              algo::directFormName(form));
+      plan.scale = dp.scale;
+      plan.exposed = dp.exposed;
+      plan.mayExpose = !dp.scale && form == algo::DirectForm::Slices;
     }
-    s = exec::runDirectAllReduce(comm, op, c.count, form, &doneNs);
-  } else {
-    if (!same) {
-      plan.valid = false;
-      plan.schedule = algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root, c.count,
-                                  inPlace, hostOf, comm.ringOrder());
-      dumpSchedule(plan.schedule);
-      plan.coll = c.coll;
-      plan.count = c.count;
-      plan.elemSize = op.elemSize;
-      plan.root = c.root;
-      plan.inPlace = inPlace;
-      plan.algo = chosen;
-      plan.valid = true;
-    }
-    const algo::Schedule& sched = plan.schedule;
-    if (sched.scratchCount > 0) op.scratch = comm.scratch(sched.scratchCount * op.elemSize);
-    if (op.record != nullptr) {
-      op.record->algorithm = sched.algorithm;
-      op.record->channels = static_cast<int>(sched.channels.size());
-      op.record->proto = "simple";
-    }
-    s = exec::run(comm, sched, op);
+  } else if (rebuild) {
+    setPlan(comm, c, op, inPlace, chosen,
+            algo::build(chosen, c.coll, comm.rank(), comm.nranks(), c.root, c.count, inPlace,
+                        hostOf, comm.ringOrder()),
+            "simple");
   }
+  const algo::Schedule& sched = plan.schedule;
+  if (sched.scratchCount > 0) op.scratch = comm.scratch(sched.scratchCount * op.elemSize);
+  if (op.record != nullptr) {
+    op.record->algorithm = sched.algorithm;
+    op.record->channels = static_cast<int>(sched.channels.size());
+    op.record->proto = plan.proto;
+  }
+  s = exec::run(comm, sched, op, &doneNs);
   rec.end(op.record, s, doneNs);
   if (s.isOk()) comm.publishCompleted(op.seq);
   return s;

@@ -256,16 +256,14 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
       c->spinCount_ = static_cast<uint64_t>(env::spinCount());
       c->netSpinCount_ = std::min<uint64_t>(c->spinCount_, 32);
     } else {
-      // Where ranks outnumber cores a poll only delays the rank it waits for: with 100 polls
-      // before the first yield, 4 ranks on 2 cores took 3.40 us an 8-byte all-reduce and 8 ranks
-      // 15-17 us; with none, 2.30 and 6.3 (docs/journal/perf.md, stop 24).
+      // Where ranks outnumber cores a poll only delays the rank it waits for, which needs the
+      // core: there a wait yields without polling first (docs/journal/perf.md).
       c->spinCount_ = outnumbered ? 0 : 2000;
       c->netSpinCount_ = outnumbered ? 0 : 32;
     }
     // Two ranks a core: 200, which each wait mostly spends handing the core to the other
-    // rank (4 ranks on 2 cores, medians of 8 alternating runs, against 16: 128 KiB +10%, 512
-    // KiB +4%, 2 MiB +6%, 8 B 2.40 -> 2.28 us); more ranks a core, whose yields go round
-    // them all: 16 (16 ranks on 2 cores, 512 KiB: 200 yields 13% slower).
+    // rank; more ranks a core: 16, since each yield then goes round them all and so takes
+    // longer before the rank blocks (docs/journal/perf.md).
     c->yieldCount_ = env::yieldCount() >= 0  ? static_cast<uint64_t>(env::yieldCount())
                      : !outnumbered          ? 1000
                      : c->ranksPerCore_ == 2 ? 200
@@ -282,6 +280,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   for (auto& conn : links.conns) c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
   links.conns.clear();
   c->shm_ = std::make_unique<transport::ShmLinks>(std::move(links));
+  // Every rank is local (directBytes > 0): window member r is rank r.
+  c->memory_ = c->shm_->memory.get();
 
   const size_t tcpPeers = remote.size();
   // Every ib peer also gets an idle TCP link, whose closing tells that its process is gone.
@@ -453,8 +453,6 @@ Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t d
 #endif
 }
 
-bool Comm::hasDirect() const { return shm_ && shm_->directBytes > 0; }
-
 Status Comm::progressNet() {
   for (transport::Connection* c : netConns_) LOOM_CHECK(c->progress());
   return Status::ok();
@@ -558,14 +556,12 @@ void Comm::pollDumpRequest() {
 }
 
 void Comm::publishCompleted(uint64_t seq) {
-  if (hasDirect())
-    shm_->direct[static_cast<size_t>(rank_)].header()->lastSeq.store(seq,
-                                                                     std::memory_order_relaxed);
+  if (memory_ != nullptr) memory_->header(rank_)->lastSeq.store(seq, std::memory_order_relaxed);
 }
 
 uint64_t Comm::peerLastSeq(int r) const {
-  if (!hasDirect()) return 0;
-  return shm_->direct[static_cast<size_t>(r)].header()->lastSeq.load(std::memory_order_relaxed);
+  if (memory_ == nullptr) return 0;
+  return memory_->header(r)->lastSeq.load(std::memory_order_relaxed);
 }
 
 std::string Comm::describe() const {

@@ -25,7 +25,7 @@
 #include "bootstrap/bootstrap.h"
 #include "loom/loom.h"
 #include "trace/recorder.h"
-#include "transport/shm/shm_direct.h"
+#include "transport/memory.h"
 #include "transport/transport.h"
 #include "util/status.h"
 
@@ -85,12 +85,16 @@ class Comm {
     size_t count = 0, elemSize = 0;
     int root = -1;
     bool inPlace = false;
+    // The direct all-reduce's algo::DirectParams that vary from call to call, and whether
+    // its form may expose the input (then every call looks the send buffer up).
+    bool scale = false, exposed = false, mayExpose = false;
     algo::Algo algo = algo::Algo::Ring;
+    const char* proto = "simple";  // for the flight recorder
     algo::Schedule schedule;
   };
   LastPlan& lastPlan() { return lastPlan_; }
-  // Per-rank scratch of the executors (src/exec/executor.cc's pieces per step, and the direct
-  // all-reduce's in src/exec/shm_direct.cc), so that their calls allocate nothing. Used under
+  // Per-rank scratch of the executors (src/exec/executor.cc's pieces per step, and the memory
+  // steps' in src/exec/memory_steps.cc), so that their calls allocate nothing. Used under
   // the communicator's lock, by one operation at a time.
   struct ExecScratch {
     std::vector<size_t> pieces;
@@ -132,18 +136,20 @@ class Comm {
   // sending side's delivery also takes; poll() does not.
   Status progressNetReady();
 
-  // Shared-memory links (nullptr before set-up); direct regions exist when
-  // every rank is on this host.
-  const transport::ShmLinks* shm() const { return shm_.get(); }
-  bool hasDirect() const;
-  // The next direct round's number, and (directSlot()) which of the direct buffers it uses:
-  // they go round in turn. Every rank runs the same rounds, so all agree on both. (The
-  // slot is counted apart: 2^32 is no multiple of the number of buffers.)
-  uint32_t nextDirectRound() {
-    directSlot_ = (directSlot_ + 1) % transport::kShmDirectBuffers;
-    return ++directRound_;
+  // The ranks' windows (transport/memory.h), when every rank is on this host (else null):
+  // member r is rank r.
+  const transport::MemoryChannel* memory() const { return memory_; }
+  bool hasDirect() const { return memory_ != nullptr; }
+  // The memory steps' rounds: the last round run, and the window buffer it used. An
+  // operation's round k (1-based) is round last + k, on buffer (buffer + k) % kWindowBuffers;
+  // every rank runs the same rounds, so all agree on both. (The buffer is counted apart: 2^32
+  // is no multiple of the number of buffers.)
+  uint32_t memRound() const { return memRound_; }
+  uint32_t memBuffer() const { return memBuffer_; }
+  void advanceMemRounds(uint32_t rounds) {
+    memRound_ += rounds;
+    memBuffer_ = (memBuffer_ + rounds) % transport::kWindowBuffers;
   }
-  uint32_t directSlot() const { return directSlot_; }
 
   // Polls of a wait before it yields: long when every local rank has a core
   // of its own, short when ranks outnumber cores (a spinning rank would only
@@ -250,8 +256,9 @@ class Comm {
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<transport::Connection*> netConns_;
   std::atomic<uint64_t> seq_{0};
-  uint32_t directRound_ = 0;
-  uint32_t directSlot_ = 0;
+  const transport::MemoryChannel* memory_ = nullptr;  // shm_->memory, when every rank is local
+  uint32_t memRound_ = 0;
+  uint32_t memBuffer_ = 0;
   uint64_t spinCount_ = 0;
   uint64_t netSpinCount_ = 0;
   uint64_t yieldCount_ = 16;

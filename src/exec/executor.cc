@@ -112,14 +112,7 @@ void ArrivalNews::stampIfNew(transport::Connection* c, int peer) {
 
 namespace {
 
-char* bufPtr(const OpArgs& op, const algo::BufRef& ref, size_t start) {
-  char* base = ref.buf == algo::Buf::Send ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
-               : ref.buf == algo::Buf::Recv ? static_cast<char*>(op.recvbuff)
-                                            : op.scratch;
-  return base + (ref.offset + start) * op.elemSize;
-}
-
-bool transforms(const kernels::Reducer& r, uint8_t flags) {
+bool transforms(const kernels::Reducer& r, uint16_t flags) {
   return ((flags & algo::kPre) && r.hasScale) || ((flags & algo::kPost) && r.postDivide > 1);
 }
 
@@ -138,7 +131,9 @@ bool sendsOverlap(Comm& comm, const char* data, size_t bytes) {
 
 }  // namespace
 
-Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
+Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op, int64_t* doneNs) {
+  int64_t unused = 0;
+  if (schedule.mem.slots > 0) return runMemory(comm, schedule, op, doneNs ? doneNs : &unused);
   Waiter waiter(comm, op);
   // A receive landing in the caller's memory (recvInto) that an error leaves unfinished: its
   // bytes go back to the slot, and the connection forgets the caller's memory.
@@ -179,8 +174,8 @@ Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op) {
         const size_t bytes = len * op.elemSize;
         const void* in = nullptr;
         transport::Connection* rc = nullptr;
-        const char* src = algo::stepReads(st.op) ? bufPtr(op, st.src, start) : nullptr;
-        char* dst = algo::stepWrites(st.op) ? bufPtr(op, st.dst, start) : nullptr;
+        const char* src = algo::stepReads(st.op) ? bufferAt(op, st.src, start) : nullptr;
+        char* dst = algo::stepWrites(st.op) ? bufferAt(op, st.dst, start) : nullptr;
         if (algo::stepRecvs(st.op)) {
           rc = comm.conn(st.recvPeer);
           // Bytes copied to dst unchanged: a transport that copies anyway (TCP) may put them

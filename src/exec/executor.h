@@ -97,10 +97,21 @@ class Waiter {
   const OpArgs& op_;
 };
 
-// Runs this rank's schedule to completion.
-// With the recorder on, arrival news rides with the data and the record gets the earliest and
-// latest ranks.
-Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op);
+// Runs this rank's schedule to completion: its FIFO steps here (executor.cc), its memory steps
+// (a schedule with a window, Schedule::mem) in memory_steps.cc. With the recorder on, arrival
+// news rides with the data and the record gets the earliest and latest ranks. *doneNs (when
+// given): when the operation ended, where the steps read the clock at their end anyway, else 0.
+Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op, int64_t* doneNs = nullptr);
+// The memory steps' body of run().
+Status runMemory(Comm& comm, const algo::Schedule& schedule, const OpArgs& op, int64_t* doneNs);
+
+// Element `start` of the operation's buffer `ref` (send, receive or scratch).
+inline char* bufferAt(const OpArgs& op, const algo::BufRef& ref, size_t start) {
+  char* base = ref.buf == algo::Buf::Send ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
+               : ref.buf == algo::Buf::Recv ? static_cast<char*>(op.recvbuff)
+                                            : op.scratch;
+  return base + (ref.offset + start) * op.elemSize;
+}
 
 struct P2POp {
   bool isSend = false;

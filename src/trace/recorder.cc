@@ -94,8 +94,7 @@ OpRecord* FlightRecorder::start(OpRecord* queued, uint64_t seq, const char* coll
 
 // The ring's records are last touched capacity operations ago and have left the caches by
 // then: each operation fetches the next one's lines ahead, so that small operations do not
-// wait on them (8-byte all-reduces with 4 and 8 ranks on 2 cores ran as fast as with a
-// 16-record ring; docs/journal/perf.md, stop 23).
+// wait on them (docs/journal/perf.md).
 void FlightRecorder::prefetchRecord(uint64_t index) const {
   const char* p = reinterpret_cast<const char*>(&ring_[index % ring_.size()]);
   for (size_t off = 0; off < offsetof(OpRecord, error); off += 64)

@@ -1,8 +1,8 @@
-// Faulting a mapping's pages in before any collective reaches them. On this project's
-// virtual machines a page's first access by a process costs microseconds even once
+// Faulting a mapping's pages in before any collective reaches them. On some virtual
+// machines a page's first access by a process costs microseconds even once
 // MAP_POPULATE has filled the page tables (the hypervisor maps the page for the process only
 // then; no fault counter shows it). Touching the pages once, at set-up, takes that cost there
-// rather than in the first collectives (docs/journal/perf.md, stop 31).
+// rather than in the first collectives (docs/journal/perf.md).
 #pragma once
 
 #include <cstddef>

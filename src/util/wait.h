@@ -33,13 +33,13 @@ inline void prefetchForWrite(const void* p) {
 }
 
 // CLOCK_MONOTONIC in nanoseconds. Where the CPU's time-stamp counter is invariant (x86, CPUID
-// 0x80000007 EDX bit 8) it is read through that counter: about 10 ns a reading without
-// serialising the pipeline, where clock_gettime took 30 ns and slowed a shared-memory round
-// trip by 40 ns a reading on a virtual machine (docs/journal/perf.md). Each thread maps ticks
-// to CLOCK_MONOTONIC from pairs of readings of both, taken again every few milliseconds (the
-// rate from pairs half a second to a second apart, so that it follows NTP's slewing), so that
-// readings stay within tens of nanoseconds of clock_gettime's, in every thread and process of
-// the machine; they never go back within a thread.
+// 0x80000007 EDX bit 8) it is read through that counter, without serialising the pipeline:
+// on virtual machines each clock_gettime call costs more and slows shared-memory round trips
+// (docs/journal/perf.md). Each thread maps ticks to CLOCK_MONOTONIC from pairs of readings of
+// both, taken again every few milliseconds (the rate from pairs half a second to a second
+// apart, so that it follows NTP's slewing), so that readings stay within tens of nanoseconds
+// of clock_gettime's, in every thread and process of the machine; they never go back within
+// a thread.
 int64_t nowNs();
 // clock_gettime(CLOCK_MONOTONIC) itself.
 int64_t monotonicNs();

@@ -439,7 +439,7 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
         for (int ip = 0; ip < 2; ++ip)
           if (full || (op + ip + count) % 2 == 0) l.add(Coll::kAllReduce, t, op, count, ip != 0);
       }
-  // The low-latency all-reduce's line boundaries (src/exec/shm_direct.cc: 48 bytes in the first
+  // The low-latency all-reduce's line boundaries (src/exec/memory_steps.cc: 48 bytes in the first
   // line, 56 in each further one, 384 in all): one line exactly, one element past it, two full
   // lines, every line, one element past them; every op in turn, in place every other case.
   if (full)

@@ -80,9 +80,9 @@ Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t
   links.localRanks = localRanks;
   const size_t nlocal = localRanks.size();
   const size_t fifoBytes = shmFifoBytes(slotBytes, depth);
-  // Segment layout: nlocal FIFOs, then this rank's direct region.
+  // Segment layout: nlocal FIFOs, then this rank's window region.
   const size_t segBytes =
-      nlocal * fifoBytes + (directBytes > 0 ? shmDirectRegionBytes(directBytes) : 0);
+      nlocal * fifoBytes + (directBytes > 0 ? windowRegionBytes(directBytes) : 0);
   // The FIFO that local rank i writes into lives at i * fifoBytes of the
   // receiver's segment.
   size_t myIndex = 0;
@@ -95,13 +95,12 @@ Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t
   LOOM_CHECK(barrier());
   if (nlocal <= 1) return links;
   char* own = links.segments[0]->data();
-  links.direct.resize(nlocal);
-  links.directBytes = directBytes;
-  if (directBytes > 0) links.direct[myIndex].base = own + nlocal * fifoBytes;
+  std::vector<WindowRegion> windows(nlocal);
+  windows[myIndex].base = own + nlocal * fifoBytes;
   for (size_t i = 0; i < nlocal; ++i) {
     if (i == myIndex) continue;
     LOOM_ASSIGN(auto peerSeg, ShmSegment::open(segmentName(commHash, localRanks[i]), segBytes));
-    if (directBytes > 0) links.direct[i].base = peerSeg->data() + nlocal * fifoBytes;
+    windows[i].base = peerSeg->data() + nlocal * fifoBytes;
     auto* out = reinterpret_cast<ShmFifo*>(peerSeg->data() + myIndex * fifoBytes);
     auto* in = reinterpret_cast<ShmFifo*>(own + i * fifoBytes);
     links.conns.push_back(
@@ -109,12 +108,12 @@ Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t
     links.segments.push_back(std::move(peerSeg));
   }
   // The pages this rank will touch, faulted in now rather than in the first collectives:
-  // for writing, its own direct region and its FIFO in each peer's segment; for reading, the
-  // FIFOs in its own segment and the peers' direct regions. (Not the FIFOs between two
-  // other ranks, which this rank never touches.) Only once every segment is mapped: touched
-  // while they were still being mapped (each peer's as it was opened), the first three 1 MiB
-  // calls on 2 ranks took 1.5-2.3 ms, as untouched ones do, against 0.13-0.3 ms this way.
-  const size_t regionBytes = directBytes > 0 ? shmDirectRegionBytes(directBytes) : 0;
+  // for writing, its own window region and its FIFO in each peer's segment; for reading, the
+  // FIFOs in its own segment and the peers' window regions. (Not the FIFOs between two
+  // other ranks, which this rank never touches.) Only once every segment is mapped: pages
+  // touched while the segments were still being mapped (each peer's as it was opened) left
+  // the first collectives as slow as untouched pages do.
+  const size_t regionBytes = directBytes > 0 ? windowRegionBytes(directBytes) : 0;
   for (size_t i = 0, k = 1; i < nlocal; ++i) {
     if (i == myIndex) {
       pages::touchForWrite(own + nlocal * fifoBytes, regionBytes);
@@ -125,6 +124,9 @@ Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t
     pages::touchForRead(peer + nlocal * fifoBytes, regionBytes);
     pages::touchForRead(own + i * fifoBytes, fifoBytes);
   }
+  if (directBytes > 0)
+    links.memory =
+        std::make_unique<MemoryChannel>(std::move(windows), directBytes, static_cast<int>(myIndex));
   // Everyone has mapped everything: the names are no longer needed.
   Status s = barrier();
   links.segments[0]->unlink();

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/shm/shm_direct.h"
+#include "transport/memory.h"
 #include "transport/transport.h"
 
 namespace loom::transport {
@@ -42,13 +42,13 @@ struct ShmLinks {
   std::vector<std::unique_ptr<ShmSegment>> segments;
   std::vector<std::unique_ptr<Connection>> conns;  // one per local peer
   std::vector<int> localRanks;                     // sorted, including this rank
-  std::vector<ShmDirectRegion> direct;             // per local rank (same order)
-  size_t directBytes = 0;                          // bytes in each direct buffer
+  // The local ranks' windows (null without them), members in localRanks' order.
+  std::unique_ptr<MemoryChannel> memory;
 };
 
 // localRanks: the ranks on this host, sorted, including `rank`. barrier runs
 // a barrier among all ranks of the communicator. directBytes: size of each
-// of the three direct buffers per rank (0: no direct region).
+// of the window buffers per rank (0: no windows).
 Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t commHash,
                           size_t slotBytes, size_t depth, size_t directBytes,
                           const std::function<Status()>& barrier);

@@ -77,12 +77,13 @@ void tune(int fd) {
 
 // A data connection's socket buffers, each way: LOOM_SOCKET_BUFFER_BYTES, set before connect()
 // and on the listener (accepted sockets inherit it), so that the handshake advertises a window
-// scale that fits. Left to the kernel's autotuning, the buffers settled at random on loopback:
-// 2 ranks at 256 KiB to 16 MiB ran at 1.8-2.4 GB/s in some runs and 3.3-4.3 in others; with
-// 4 MiB (8 MiB once the kernel doubles it) at 3.5-4.1 in every run (docs/journal/perf.md,
-// stop 25). A size set by hand also turns autotuning off, and the kernel caps it at
-// net.core.wmem_max / rmem_max: where those are below the request (212992 by default) the
-// buffers stay autotuned, since 256 KiB by hand measured 40% slower (stop 23). 0: autotuned.
+// scale that fits. Left to the kernel's autotuning, the buffers settled at random on loopback,
+// and the throughput of large messages varied with them from run to run; a fixed size (4 MiB
+// by default, 8 MiB once the kernel doubles it) gives the higher throughput in every run
+// (docs/journal/perf.md). A size set by hand also turns autotuning off, and the kernel caps it
+// at net.core.wmem_max / rmem_max: where those are below the request (212992 by default) the
+// buffers stay autotuned, since a small size set by hand is slower than autotuning.
+// 0: autotuned.
 int socketBufferBytes() {
   static const int bytes = [] {
     const int64_t want = env::socketBufferBytes();

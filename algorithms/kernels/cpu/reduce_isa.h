@@ -30,9 +30,9 @@ struct KernelSet {
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-// The AVX2 level's streamCopy (32-byte streaming stores), which the AVX-512 level uses too: on
-// the AMD EPYC guest (with AVX-512), 64-byte streaming stores measured the same as 32-byte ones
-// from 256 KiB to 64 MiB and 2-5% slower at 64 and 128 KiB (docs/journal/perf.md, stop 32).
+// The AVX2 level's streamCopy (32-byte streaming stores), which the AVX-512 level uses too:
+// 64-byte streaming stores were no faster for large copies and slower for small ones
+// (docs/journal/perf.md).
 void streamCopyAvx2(void* dst, const void* src, size_t bytes);
 #endif
 
