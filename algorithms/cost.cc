@@ -538,6 +538,7 @@ std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
       all = {Algo::Chain};
       break;
     case Coll::AllToAll:
+    case Coll::SendRecv:  // a group has one schedule (buildGroup)
       all = {Algo::Direct};
       break;
   }

@@ -1,6 +1,8 @@
 #include "algorithms/schedule.h"
 
+#include <map>
 #include <sstream>
+#include <utility>
 
 namespace loom::algo {
 
@@ -18,6 +20,8 @@ const char* collName(Coll c) {
       return "reducescatter";
     case Coll::AllToAll:
       return "alltoall";
+    case Coll::SendRecv:
+      return "sendrecv";
   }
   return "?";
 }
@@ -110,6 +114,8 @@ const char* bufName(Buf b) {
       return "scratch";
     case Buf::Window:
       return "window";
+    case Buf::Group:
+      return "group";
   }
   return "?";
 }
@@ -120,6 +126,13 @@ std::string toJson(const Schedule& s) {
     << "\",\"rank\":" << s.rank << ",\"nranks\":" << s.nranks << ",\"root\":" << s.root
     << ",\"count\":" << s.count;
   if (s.scratchCount > 0) o << ",\"scratchCount\":" << s.scratchCount;
+  if (!s.group.empty()) {
+    o << ",\"group\":[";
+    for (size_t i = 0; i < s.group.size(); ++i)
+      o << (i ? "," : "") << "{\"" << (s.group[i].send ? "send" : "recv")
+        << "\":" << s.group[i].peer << ",\"count\":" << s.group[i].count << "}";
+    o << "]";
+  }
   if (s.mem.slots > 0)
     o << ",\"window\":{\"count\":" << s.mem.count << ",\"slots\":" << s.mem.slots
       << ",\"rounds\":" << s.mem.rounds
@@ -149,6 +162,20 @@ std::string toJson(const Schedule& s) {
   }
   o << "]}";
   return o.str();
+}
+
+bool channelsIndependent(const Schedule& s) {
+  std::map<std::pair<int, int>, size_t> owner;  // (from, to) -> channel
+  for (size_t c = 0; c < s.channels.size(); ++c)
+    for (const Step& st : s.channels[c]) {
+      for (const auto& pair :
+           {std::make_pair(st.recvPeer, s.rank), std::make_pair(s.rank, st.sendPeer)}) {
+        if (pair.first < 0 || pair.second < 0) continue;
+        auto it = owner.emplace(pair, c).first;
+        if (it->second != c) return false;
+      }
+    }
+  return true;
 }
 
 Schedule emptySchedule(Coll coll, const char* algorithm, int rank, int nranks, int root,
@@ -206,6 +233,8 @@ Schedule build(Coll coll, int rank, int nranks, int root, size_t count, bool inP
       return buildChainReduce(rank, nranks, root, count);
     case Coll::AllToAll:
       return buildDirectAllToAll(rank, nranks, count);
+    case Coll::SendRecv:
+      break;
   }
   return Schedule{};
 }

@@ -36,7 +36,17 @@
 
 namespace loom::algo {
 
-enum class Coll : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll };
+// SendRecv: a group of sends and receives (loomGroupStart/End, and what all-to-allv, gather
+// and scatter are made of); buildGroup.
+enum class Coll : uint8_t {
+  AllReduce,
+  Broadcast,
+  Reduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  SendRecv
+};
 const char* collName(Coll c);
 
 enum class StepOp : uint8_t {
@@ -74,8 +84,10 @@ const char* memWordName(MemWord w);
 // Which buffer of the operation a range lives in. Scratch is the communicator's own memory
 // (Schedule::scratchCount elements, allocated once and kept), for partial results that belong
 // in neither of the caller's buffers.
-// Window is this rank's window buffer of the step's round (memory steps).
-enum class Buf : uint8_t { Send = 0, Recv = 1, Scratch = 2, Window = 3 };
+// Window is this rank's window buffer of the step's round (memory steps). Group is buffer
+// BufRef::offset of a SendRecv schedule's group (Schedule::group), whole: its steps move it
+// from its start.
+enum class Buf : uint8_t { Send = 0, Recv = 1, Scratch = 2, Window = 3, Group = 4 };
 const char* bufName(Buf b);
 
 struct BufRef {
@@ -129,15 +141,26 @@ struct MemWindow {
   bool lowLatency = false;  // LL: input and flag share cache lines (kLLMaxBytes at most)
 };
 
+// One buffer of a group (Coll::SendRecv), in call order: sent to or received from `peer`.
+struct GroupBuf {
+  size_t count = 0;  // elements
+  bool send = false;
+  int peer = -1;
+};
+
 struct Schedule {
   Coll coll = Coll::AllReduce;
   const char* algorithm = "ring";
   int rank = 0;
   int nranks = 1;
   int root = -1;
-  size_t count = 0;                         // the collective's count argument
-  size_t scratchCount = 0;                  // elements of Buf::Scratch the steps use (0: none)
-  MemWindow mem;                            // the memory steps' windows
+  size_t count = 0;             // the collective's count argument
+  size_t scratchCount = 0;      // elements of Buf::Scratch the steps use (0: none)
+  MemWindow mem;                // the memory steps' windows
+  std::vector<GroupBuf> group;  // Coll::SendRecv: the group's buffers
+  // No directed pair of ranks carries the messages of two channels: the channels may run at
+  // once over the pairs' connections, each receive matched by pair (channelsIndependent()).
+  bool independent = false;
   std::vector<std::vector<Step>> channels;  // channels[c] = ordered steps
 };
 
@@ -189,6 +212,17 @@ inline Fold makeFold(int n) {
   f.extra = n - f.pow2;
   return f;
 }
+
+// Whether no (from, to) pair of ranks appears in two channels of s (as a step's send or
+// receive): then its channels can progress together.
+bool channelsIndependent(const Schedule& s);
+
+// A group of sends and receives (group.cc), in call order. Each peer's sends go in order on a
+// channel of their own and its receives on another, so a group progresses in any order the
+// peers allow and cannot deadlock on itself; sends to this rank are copies into its receives
+// from it, in order (the caller checks that they pair up). Counts in elements of the size
+// the executor is given; zero-length remote operations move nothing and are left out.
+Schedule buildGroup(int rank, int nranks, const std::vector<GroupBuf>& ops);
 
 // Builders (ring.cc, chain.cc, direct.cc). `count` is the argument of the C
 // call (per-rank count for AllGather, ReduceScatter and AllToAll).

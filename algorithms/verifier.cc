@@ -72,6 +72,8 @@ struct RankState {
   Cells mem;  // the rank's buffers, aliased as the collective defines in place; per operation
   size_t sendBase = 0, sendSize = 0, recvBase = 0, recvSize = 0;
   size_t opStorage = 0;                     // elements of one operation's buffers
+  std::vector<size_t> groupBase;            // SendRecv: each group buffer's start (operation 0)
+  size_t groupCount = 0;                    // elements of one operation's group buffers
   size_t scratchBase = 0, scratchSize = 0;  // the schedule's scratch, after every operation's
   // Memory steps: the window (slots * count elements), who touched it and the rank's buffers
   // (peers read an exposed input in place), the flags, the clock, and each round's input
@@ -178,8 +180,19 @@ class Simulator {
       case Coll::AllToAll:
         rs.sendSize = rs.recvSize = n * c;
         break;
+      case Coll::SendRecv:
+        rs.sendSize = rs.recvSize = 0;
+        break;
     }
     size_t storage = rs.sendSize + rs.recvSize;
+    // A group's buffers, one after the other.
+    const std::vector<GroupBuf>& group = s_[r].group;
+    rs.groupBase.clear();
+    for (const GroupBuf& g : group) {
+      rs.groupBase.push_back(storage);
+      storage += g.count;
+    }
+    rs.groupCount = storage - rs.sendSize - rs.recvSize;
     rs.sendBase = 0;
     rs.recvBase = rs.sendSize;
     if (opt_.inPlace) {
@@ -198,6 +211,15 @@ class Simulator {
     if (storage > UINT32_MAX || rs.sendSize * reps_ > UINT32_MAX)
       return fail("buffers too large to verify");
     rs.mem.resize(storage, words_);
+    for (size_t op = 0; op < reps_; ++op)
+      for (size_t i = 0; i < group.size(); ++i)
+        for (size_t k = 0; group[i].send && k < group[i].count; ++k) {
+          const size_t at = op * rs.opStorage + rs.groupBase[i] + k;
+          Val& v = rs.mem.v[at];
+          v.valid = 1;
+          v.index = groupIndex(rs, op, i, k);
+          rs.mem.bits[at * words_ + r / 64] = uint64_t{1} << (r % 64);
+        }
     if (coll_ != Coll::Broadcast || isRoot) {
       for (size_t op = 0; op < reps_; ++op) {
         for (size_t k = 0; k < rs.sendSize; ++k) {
@@ -225,6 +247,14 @@ class Simulator {
 
   bool checkRange(int r, size_t c, size_t i, const char* what, BufRef ref, size_t count) {
     const RankState& rs = ranks_[r];
+    if (ref.buf == Buf::Group) {
+      const std::vector<GroupBuf>& g = s_[r].group;
+      if (ref.offset < g.size() && count <= g[ref.offset].count) return true;
+      return fail(stepName(r, c, i) + ": " + what + " group buffer " + std::to_string(ref.offset) +
+                  (ref.offset < g.size()
+                       ? " holds " + std::to_string(g[ref.offset].count) + " elements"
+                       : " does not exist (the group has " + std::to_string(g.size()) + ")"));
+    }
     const size_t size = ref.buf == Buf::Send      ? rs.sendSize
                         : ref.buf == Buf::Recv    ? rs.recvSize
                         : ref.buf == Buf::Scratch ? rs.scratchSize
@@ -241,6 +271,8 @@ class Simulator {
   }
 
   int fifoIndex(size_t c, int from, int to) {
+    // Independent channels share each pair's connection, so messages match by pair alone.
+    if (independent_) c = 0;
     uint64_t key = (static_cast<uint64_t>(c) * n_ + from) * n_ + to;
     if (fifoOf_[key] >= 0) return fifoOf_[key];
     Fifo f;
@@ -289,6 +321,9 @@ class Simulator {
       if (st.dst.buf == Buf::Send)
         return fail(stepName(r, c, i) + ": writes the send buffer, which is read-only");
       if (!checkRange(r, c, i, "dst", st.dst, st.count)) return false;
+      if (st.dst.buf == Buf::Group && s_[r].group[st.dst.offset].send)
+        return fail(stepName(r, c, i) + ": writes group buffer " + std::to_string(st.dst.offset) +
+                    ", which is sent (read-only)");
     }
     cs.pieces[i] = numPieces(st.count, opt_.elemSize, opt_.slotBytes);
     cs.recvFifo[i] = recvs ? fifoIndex(c, st.recvPeer, r) : -1;
@@ -379,7 +414,10 @@ class Simulator {
     if (rooted && (root_ < 0 || root_ >= n_))
       return fail("root " + std::to_string(root_) + " is not a rank of the " + std::to_string(n_) +
                   "-rank communicator");
-    if (opt_.inPlace && coll_ == Coll::AllToAll) return fail("alltoall has no in-place form");
+    if (opt_.inPlace && (coll_ == Coll::AllToAll || coll_ == Coll::SendRecv))
+      return fail(std::string(collName(coll_)) + " has no in-place form");
+    independent_ = true;
+    for (const Schedule& s : s_) independent_ = independent_ && s.independent;
     for (int r = 0; r < n_; ++r) {
       const Schedule& s = s_[r];
       std::string who = "schedule " + std::to_string(r);
@@ -394,12 +432,20 @@ class Simulator {
       if (s.mem.count != win_.count || s.mem.slots != win_.slots || s.mem.rounds != win_.rounds ||
           s.mem.lowLatency != win_.lowLatency)
         return fail(who + "'s window differs from schedule 0's");
-      if (s.channels.size() != s0.channels.size())
+      if (!independent_ && s.channels.size() != s0.channels.size())
         return fail(who + " has " + std::to_string(s.channels.size()) + " channels, schedule 0 " +
                     std::to_string(s0.channels.size()));
     }
-    multiChannel_ = s0.channels.size() > 1;
-    const uint64_t pairs = static_cast<uint64_t>(s0.channels.size()) * n_ * n_;
+    size_t channels = 0;
+    for (const Schedule& s : s_) channels = std::max(channels, s.channels.size());
+    multiChannel_ = channels > 1;
+    if (independent_)
+      for (const Schedule& s : s_)
+        if (!channelsIndependent(s))
+          return fail("schedule " + std::to_string(s.rank) +
+                      " says its channels are independent, but a pair of ranks carries two "
+                      "channels' messages");
+    const uint64_t pairs = static_cast<uint64_t>(independent_ ? 1 : channels) * n_ * n_;
     if (pairs > (uint64_t{1} << 26)) return fail("too many ranks and channels to verify");
     fifoOf_.assign(pairs, -1);
     ranks_.resize(n_);
@@ -458,11 +504,21 @@ class Simulator {
     const size_t op = op_ * rs.opStorage;
     return b == Buf::Send ? op + rs.sendBase : b == Buf::Recv ? op + rs.recvBase : rs.scratchBase;
   }
+  // Where `ref` starts in rs.mem (a group buffer, whole, or an offset into a buffer).
+  size_t addr(const RankState& rs, BufRef ref) const {
+    if (ref.buf == Buf::Group) return op_ * rs.opStorage + rs.groupBase[ref.offset];
+    return base(rs, ref.buf) + ref.offset;
+  }
+  // The symbolic index of element k of group buffer i in operation op: unique in the rank.
+  static uint32_t groupIndex(const RankState& rs, size_t op, size_t i, size_t k) {
+    return static_cast<uint32_t>(op * rs.groupCount + rs.groupBase[i] - rs.sendSize - rs.recvSize +
+                                 k);
+  }
 
   // scratch = src piece, applying kPre.
   bool load(int r, size_t c, size_t i, size_t p, const Step& st, size_t start, size_t len) {
     RankState& rs = ranks_[r];
-    const size_t b = base(rs, st.src.buf) + st.src.offset + start;
+    const size_t b = addr(rs, st.src) + start;
     const size_t W = words_;
     scratch_.v.resize(len);
     scratch_.bits.resize(len * W);
@@ -553,7 +609,7 @@ class Simulator {
 
   bool store(int r, size_t c, size_t i, size_t p, const Step& st, size_t start) {
     RankState& rs = ranks_[r];
-    const size_t b = base(rs, st.dst.buf) + st.dst.offset + start;
+    const size_t b = addr(rs, st.dst) + start;
     const size_t W = words_;
     for (size_t k = 0; k < scratch_.v.size(); ++k) {
       if (multiChannel_ && !touch(r, c, i, p, b + k, true)) return false;
@@ -561,6 +617,13 @@ class Simulator {
       for (size_t w = 0; w < W; ++w) rs.mem.bits[(b + k) * W + w] = scratch_.bits[k * W + w];
     }
     return true;
+  }
+
+  // A FIFO of rank r's changed: its channel c runs again, or, where channels are independent
+  // (the peer's channel on that pair may have another number), every channel of r.
+  void wake(int r, size_t c) {
+    if (!independent_) return enqueue(r, c);
+    for (size_t k = 0; k < ranks_[r].ch.size(); ++k) enqueue(r, k);
   }
 
   void enqueue(int r, size_t c) {
@@ -622,7 +685,7 @@ class Simulator {
     if (in) {
       in->head = (in->head + 1) % opt_.fifoDepth;
       --in->size;
-      enqueue(in->from, c);
+      wake(in->from, c);
     }
     if (out) {
       Msg& slot = out->slots[(out->head + out->size) % opt_.fifoDepth];
@@ -632,7 +695,7 @@ class Simulator {
       std::swap(slot.data, scratch_);
       ++out->size;
       ++messages_;
-      enqueue(out->to, c);
+      wake(out->to, c);
     }
     ++cs.pos;
     if (!endOfOperation(r, c)) return Fire::kError;
@@ -1008,7 +1071,48 @@ class Simulator {
     return true;
   }
 
+  // SendRecv: the m-th receive of rank r from rank p holds p's m-th send to r (a send to
+  // itself pairs with its receive from itself the same way), untouched by any reduction.
+  bool checkGroupOutputs() {
+    for (int r = 0; r < n_; ++r) {
+      const RankState& rs = ranks_[r];
+      const std::vector<GroupBuf>& group = s_[r].group;
+      std::map<int, size_t> seen;  // receives so far, by peer
+      for (size_t j = 0; j < group.size(); ++j) {
+        if (group[j].send) continue;
+        const int p = group[j].peer;
+        const size_t m = seen[p]++;  // zero-length receives count: they pair up too
+        if (group[j].count == 0) continue;
+        const std::vector<GroupBuf>& theirs = s_[p].group;
+        size_t i = 0, sends = 0;
+        for (; i < theirs.size(); ++i)
+          if (theirs[i].send && theirs[i].peer == r && sends++ == m) break;
+        const std::string where = "sendrecv: rank " + std::to_string(r) + " operation " +
+                                  std::to_string(op_) + " group buffer " + std::to_string(j) +
+                                  " (receive " + std::to_string(m) + " from rank " +
+                                  std::to_string(p) + ")";
+        if (i == theirs.size())
+          return fail(where + ": rank " + std::to_string(p) + " sends no match");
+        for (size_t k = 0; k < group[j].count; ++k) {
+          const size_t cell = op_ * rs.opStorage + rs.groupBase[j] + k;
+          const Val& v = rs.mem.v[cell];
+          const uint64_t* bits = &rs.mem.bits[cell * words_];
+          bool ok =
+              v.valid && v.pre == 0 && v.post == 0 && v.index == groupIndex(ranks_[p], op_, i, k);
+          for (size_t w = 0; ok && w < words_; ++w)
+            ok = bits[w] == (static_cast<size_t>(p) / 64 == w ? uint64_t{1} << (p % 64) : 0);
+          if (!ok)
+            return fail(where + ": element " + std::to_string(k) + " is " + describe(v, bits) +
+                        ", not element " + std::to_string(k) + " of rank " + std::to_string(p) +
+                        "'s group buffer " + std::to_string(i));
+        }
+      }
+    }
+    return true;
+  }
+
   bool checkOutputsOf() {
+    if (coll_ == Coll::SendRecv) return checkGroupOutputs();
     const size_t c = count_, n = static_cast<size_t>(n_);
     for (int r = 0; r < n_; ++r) {
       for (size_t k = 0; k < c; ++k) {
@@ -1029,6 +1133,8 @@ class Simulator {
           case Coll::AllGather:
             for (size_t j = 0; ok && j < n; ++j) ok = expect(r, j * c + k, k, static_cast<int>(j));
             break;
+          case Coll::SendRecv:
+            break;
           case Coll::AllToAll:
             for (size_t j = 0; ok && j < n; ++j)
               ok = expect(r, j * c + k, static_cast<size_t>(r) * c + k, static_cast<int>(j));
@@ -1048,6 +1154,7 @@ class Simulator {
   int root_ = -1;
   size_t words_ = 1;
   bool multiChannel_ = false;
+  bool independent_ = false;  // every schedule's channels are independent (pairs match FIFOs)
   bool memory_ = false;
   MemWindow win_;
   size_t reps_ = 1;

@@ -411,6 +411,8 @@ Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t 
         return LOOM_ERROR(loomInvalidArgument,
                           "recvbuff: all-to-all cannot run in place (sendbuff == recvbuff)");
       break;
+    case algo::Coll::SendRecv:  // loomSend and loomRecv, checked by their own entry points
+      return LOOM_ERROR(loomInternalError, "a group is not a collective call");
   }
   Call c;
   c.kind = Call::Collective;

@@ -23,13 +23,16 @@ Result<double> pingPong(Comm& comm, int peer, bool pinger, std::vector<char>& bu
   exec::OpArgs op;
   op.name = "calibration";
   op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
-  auto one = [&](bool send) {
-    exec::P2POp p;
+  char* const bufs[] = {buf.data()};
+  op.group = bufs;
+  auto one = [&](bool send) -> Status {
+    exec::GroupOp p;
     p.isSend = send;
     p.peer = peer;
     p.buf = buf.data();
     p.bytes = bytes;
-    return exec::runP2P(comm, {p}, op);
+    LOOM_ASSIGN(const algo::Schedule* s, exec::groupSchedule(comm, {p}));
+    return exec::run(comm, *s, op);
   };
   std::vector<double> us;
   for (int i = 0; i < kWarmup + kTimed; ++i) {

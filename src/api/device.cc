@@ -78,6 +78,8 @@ Extent extentOf(const Call& c, int n, int rank) {
     case algo::Coll::AllToAll:
       e = {all, all};
       break;
+    case algo::Coll::SendRecv:  // sends and receives name their own buffers
+      break;
   }
   return e;
 }
@@ -239,7 +241,7 @@ Status enqueueStaged(Comm& comm, DeviceState& st, const std::vector<Call>& calls
       continue;
     }
     // A send over ib from device memory registered for GPUDirect RDMA leaves from where it
-    // is (runP2P posts it with postSendFrom); the host function runs in stream order, after
+    // is (its Send step posts it with postSendFrom); the host function runs in stream order, after
     // the kernels that wrote it, and returns once the NIC has read it.
     if (sd && c.kind == Call::Send && c.root != comm.rank()) {
       transport::Connection* link = comm.conn(c.root);

@@ -309,12 +309,12 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
   if (!prior.isOk())
     return Status(prior.code(),
                   comm.describe() + ": communicator failed earlier: " + prior.message());
-  std::vector<exec::P2POp> p2p;
+  std::vector<exec::GroupOp> p2p;
   const Call* firstP2P = nullptr;
   for (const Call& c : calls) {
     if (c.kind == Call::Collective) continue;
     if (firstP2P == nullptr) firstP2P = &c;
-    exec::P2POp o;
+    exec::GroupOp o;
     o.isSend = c.kind == Call::Send;
     o.peer = c.root;
     o.buf = o.isSend ? const_cast<char*>(static_cast<const char*>(c.sendbuff))
@@ -327,11 +327,23 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     exec::OpArgs op;
     op.name = "sendrecv";
     startOp(comm, *firstP2P, op, p2p.size(), loomUint8, 0, -1);
-    if (op.record != nullptr) {
-      op.record->algorithm = "p2p";
-      op.record->channels = 1;
+    bool built = false;
+    Result<const algo::Schedule*> sched = exec::groupSchedule(comm, p2p, &built);
+    if (sched.isOk()) {
+      const algo::Schedule& g = *sched.value();
+      if (built) dumpSchedule(g);
+      std::vector<char*>& bufs = comm.execScratch().groupBufs;
+      bufs.clear();
+      for (const exec::GroupOp& o : p2p) bufs.push_back(o.buf);
+      op.group = bufs.data();
+      if (op.record != nullptr) {
+        op.record->algorithm = g.algorithm;
+        op.record->channels = static_cast<int>(g.channels.size());
+      }
+      s = exec::run(comm, g, op);
+    } else {
+      s = sched.status();
     }
-    s = exec::runP2P(comm, p2p, op);
     comm.recorder().end(op.record, s);
     if (s.isOk()) comm.publishCompleted(op.seq);
   }

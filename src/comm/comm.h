@@ -93,6 +93,14 @@ class Comm {
     algo::Schedule schedule;
   };
   LastPlan& lastPlan() { return lastPlan_; }
+  // The last group of sends and receives' shape and schedule (src/exec/fifo_steps.cc): a group
+  // of the same shape reuses it.
+  struct LastGroup {
+    bool valid = false;
+    std::vector<algo::GroupBuf> shape;
+    algo::Schedule schedule;
+  };
+  LastGroup& lastGroup() { return lastGroup_; }
   // Per-rank scratch of the executors (src/exec/executor.cc's pieces per step, and the memory
   // steps' in src/exec/memory_steps.cc), so that their calls allocate nothing. Used under
   // the communicator's lock, by one operation at a time.
@@ -101,7 +109,14 @@ class Comm {
     std::vector<const char*> bufs, slice, inputs;
     std::vector<int> pending;
     std::vector<int64_t> enters;
-    std::vector<char> llRuns;  // low-latency lines gathered per rank
+    std::vector<char> llRuns;      // low-latency lines gathered per rank
+    std::vector<char*> groupBufs;  // a group's buffers (OpArgs::group)
+    std::vector<algo::GroupBuf> groupShape;
+    // Channels running at once (src/exec/fifo_steps.cc): each one's (step, piece) order,
+    // pieces per step and place.
+    std::vector<std::vector<std::pair<uint32_t, uint32_t>>> chanOrder;
+    std::vector<std::vector<size_t>> chanPieces;
+    std::vector<size_t> chanPos;
   };
   ExecScratch& execScratch() { return execScratch_; }
   // The start-up calibration's cost table (src/api/calibrate.h; LOOM_TUNER_TABLE's format),
@@ -235,6 +250,7 @@ class Comm {
   std::vector<PeerInfo> peers_;
   std::vector<int> hostOf_;
   std::vector<int> ringOrder_;
+  LastGroup lastGroup_;
   LastPlan lastPlan_;
   ExecScratch execScratch_;
   std::string costTable_;

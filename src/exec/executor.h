@@ -30,7 +30,8 @@ struct OpArgs {
   kernels::Reducer reducer;
   int64_t deadlineNs = 0;
   trace::OpRecord* record = nullptr;  // the flight recorder's entry, or null
-  char* scratch = nullptr;  // the schedule's Buf::Scratch (Comm::scratch), when it has one
+  char* scratch = nullptr;       // the schedule's Buf::Scratch (Comm::scratch), when it has one
+  char* const* group = nullptr;  // a SendRecv schedule's buffers (Schedule::group), in order
 };
 
 // What this rank knows of the operation's entry times, spread with the data: every slot sent
@@ -102,27 +103,32 @@ class Waiter {
 // news rides with the data and the record gets the earliest and latest ranks. *doneNs (when
 // given): when the operation ended, where the steps read the clock at their end anyway, else 0.
 Status run(Comm& comm, const algo::Schedule& schedule, const OpArgs& op, int64_t* doneNs = nullptr);
-// The memory steps' body of run().
+// The bodies of run(): memory steps (memory_steps.cc) and FIFO steps (fifo_steps.cc).
 Status runMemory(Comm& comm, const algo::Schedule& schedule, const OpArgs& op, int64_t* doneNs);
+Status runFifo(Comm& comm, const algo::Schedule& schedule, const OpArgs& op);
 
-// Element `start` of the operation's buffer `ref` (send, receive or scratch).
+// Element `start` of the operation's buffer `ref` (send, receive, scratch, or a group's).
 inline char* bufferAt(const OpArgs& op, const algo::BufRef& ref, size_t start) {
+  if (ref.buf == algo::Buf::Group) return op.group[ref.offset] + start * op.elemSize;
   char* base = ref.buf == algo::Buf::Send ? const_cast<char*>(static_cast<const char*>(op.sendbuff))
                : ref.buf == algo::Buf::Recv ? static_cast<char*>(op.recvbuff)
                                             : op.scratch;
   return base + (ref.offset + start) * op.elemSize;
 }
 
-struct P2POp {
+// A group of sends and receives (loomGroupStart/End; all-to-allv, gather, scatter), in call
+// order: checks that its sends to this rank pair up with its receives from it (in order, equal
+// sizes), builds its schedule (algo::buildGroup, counts in bytes) and runs it.
+struct GroupOp {
   bool isSend = false;
   int peer = -1;
   char* buf = nullptr;  // const for sends
   size_t bytes = 0;
 };
-
-// Runs a group's sends and receives together (src/exec/p2p.cc). Sends to one
-// peer are matched in order with that peer's receives.
-Status runP2P(Comm& comm, const std::vector<P2POp>& ops, const OpArgs& op);
+// The schedule is the communicator's (Comm::lastGroup), kept for the next group of this shape;
+// *built says whether this call built it.
+Result<const algo::Schedule*> groupSchedule(Comm& comm, const std::vector<GroupOp>& ops,
+                                            bool* built = nullptr);
 
 // --- template implementation ---
 
