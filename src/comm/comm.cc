@@ -29,6 +29,7 @@
 #include "util/env.h"
 #include "util/log.h"
 #include "util/net.h"
+#include "util/proc.h"
 #include "util/wait.h"
 
 namespace loom {
@@ -516,15 +517,7 @@ void Comm::noteLost(int r) {
 Status Comm::checkPeerAlive(int r) const {
   const PeerInfo& p = peers_[static_cast<size_t>(r)];
   if (p.host != peers_[static_cast<size_t>(rank_)].host || p.pid == getpid()) return Status::ok();
-  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
-  std::string line;
-  bool alive = false;
-  if (std::getline(stat, line)) {
-    size_t close = line.rfind(')');
-    char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : 'X';
-    alive = state != 'Z' && state != 'X';
-  }
-  if (alive) return Status::ok();
+  if (proc::alive(p.pid)) return Status::ok();
   return LOOM_ERROR(loomRemoteError, "rank " + std::to_string(r) + " (pid " +
                                          std::to_string(p.pid) + ") has exited");
 }

@@ -2,8 +2,8 @@
 // transport/transport.h, directly (no communicator, no executor), over two real processes
 // (two_ranks.h): real shared memory, real loopback sockets and, where an RDMA device is present,
 // real queue pairs. Each transport joins with one INSTANTIATE_TEST_SUITE_P line at the bottom;
-// where the contract leaves a transport room (how many credits the kernel adds, whether a dead
-// peer is the connection's news or the executor's), its TransportCase says so.
+// where the contract leaves a transport room (how many credits the kernel adds), its
+// TransportCase says so.
 //
 // The connections are made as src/comm/comm.cc makes them, with the transports' own set-up
 // calls; what a communicator's bootstrap would carry goes over the control socket (shm's
@@ -59,10 +59,6 @@ struct TransportCase {
   // `depth` slots in flight, and one release gives one slot back. Over TCP the kernel's socket
   // buffers hold frames too, so a sender runs out later and may need several releases.
   bool exactCredits;
-  // The connection itself notices that the peer's process ended (its socket closes). Over
-  // shared memory nothing ends with the process: the executor's /proc check
-  // (Comm::checkPeerAlive, src/exec/executor.h) finds a dead local peer, not the connection.
-  bool seesPeerExit;
 };
 
 void PrintTo(const TransportCase& c, std::ostream* os) { *os << c.name; }
@@ -670,7 +666,7 @@ TEST_P(ConnectionConformance, APeerThatDiesMidMessageIsAnErrorNotAHang) {
         uint64_t posted = 0;
         ASSERT_TRUE(control.expect(kDying, &posted, 20000));
         const double t0 = secondsNow();
-        const Deadline d(tc.seesPeerExit ? 5 : 0.5);
+        const Deadline d(5);
         uint64_t got = 0;
         Status s;
         for (;;) {
@@ -691,13 +687,6 @@ TEST_P(ConnectionConformance, APeerThatDiesMidMessageIsAnErrorNotAHang) {
         if (tc.exactCredits) {
           EXPECT_EQ(got, posted) << "slots posted before the death, lost";
         }
-        if (!tc.seesPeerExit) {
-          EXPECT_TRUE(s.isOk()) << s.message();
-          GTEST_SKIP() << tc.name << ": the connection cannot see a dead peer (nothing of it "
-                       << "closes); the executor's /proc check (Comm::checkPeerAlive) does. "
-                       << "Checked: the " << got << " slots posted before the death arrive and "
-                       << "wait() keeps returning.";
-        }
         ASSERT_FALSE(s.isOk()) << "no error within 5 s of the peer's death (" << got
                                << " slots received)";
         EXPECT_EQ(s.code(), loomRemoteError) << s.message();
@@ -716,16 +705,12 @@ TEST_P(ConnectionConformance, APeerThatDiesMidMessageIsAnErrorNotAHang) {
 // A peer that closes after its last send is normal: what it sent is read to the end without
 // an error; only then does a receiver still waiting on it fail, naming it.
 TEST_P(ConnectionConformance, APeerThatLeavesAfterItsLastSendIsReadToTheEnd) {
-  const TransportCase tc = GetParam();
   const std::vector<size_t> sizes = {kSlot, 0, 100};
   runPair(
       [&](Connection& c, Control& control) {
         ASSERT_TRUE(control.expectClosed(10000));  // the peer's process is gone
         const Deadline d(5);
         for (size_t m = 0; m < sizes.size(); ++m) ASSERT_TRUE(recvMessage(c, m, sizes[m], d));
-        if (!tc.seesPeerExit)
-          GTEST_SKIP() << tc.name << ": what was sent arrives; a receiver waiting on a peer "
-                       << "that left is the executor's to fail (Comm::checkPeerAlive)";
         Status s = untilError(c, 5, 10000);
         ASSERT_FALSE(s.isOk()) << "waiting on a peer that left: no error within 5 s";
         EXPECT_EQ(s.code(), loomRemoteError) << s.message();
@@ -741,11 +726,11 @@ TEST_P(ConnectionConformance, APeerThatLeavesAfterItsLastSendIsReadToTheEnd) {
 // ---- The transports ----
 
 INSTANTIATE_TEST_SUITE_P(Shm, ConnectionConformance,
-                         ::testing::Values(TransportCase{"shm", Kind::Shm, true, false}), caseName);
+                         ::testing::Values(TransportCase{"shm", Kind::Shm, true}), caseName);
 INSTANTIATE_TEST_SUITE_P(Tcp, ConnectionConformance,
-                         ::testing::Values(TransportCase{"tcp", Kind::Tcp, false, true}), caseName);
+                         ::testing::Values(TransportCase{"tcp", Kind::Tcp, false}), caseName);
 INSTANTIATE_TEST_SUITE_P(Ib, ConnectionConformance,
-                         ::testing::Values(TransportCase{"ib", Kind::Ib, true, true}), caseName);
+                         ::testing::Values(TransportCase{"ib", Kind::Ib, true}), caseName);
 
 }  // namespace
 }  // namespace loomtest::transport

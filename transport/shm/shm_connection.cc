@@ -1,18 +1,38 @@
 #include "transport/shm/shm_connection.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 
+#include "util/proc.h"
 #include "util/wait.h"
 
 namespace loom::transport {
 
 ShmConnection::ShmConnection(int peer, ShmFifo* out, ShmFifo* in, size_t slotBytes, size_t depth)
-    : peer_(peer),
-      out_(out),
-      in_(in),
-      slotBytes_(slotBytes),
-      depth_(static_cast<uint32_t>(depth)) {}
+    : peer_(peer), out_(out), in_(in), slotBytes_(slotBytes), depth_(static_cast<uint32_t>(depth)) {
+  out_->senderPid = static_cast<int32_t>(getpid());  // read by the peer only after set-up
+}
+
+// A receiver that waits on a peer whose process has exited fails, once nothing it sent is
+// left: the peer's process is looked at (in /proc) every kLiveCheckNs of waiting.
+Status ShmConnection::checkRecv() const {
+  if (in_->head.load(std::memory_order_acquire) != consumed_) return Status::ok();
+  if (!peerGone_) {
+    const int64_t now = nowNs();
+    if (now < nextLiveCheckNs_) return Status::ok();
+    nextLiveCheckNs_ = now + kLiveCheckNs;
+    if (in_->senderPid == static_cast<int32_t>(getpid()) || proc::alive(in_->senderPid))
+      return Status::ok();
+    peerGone_ = true;
+  }
+  // What arrived before the exit counts: look again now that it cannot grow.
+  if (in_->head.load(std::memory_order_acquire) != consumed_) return Status::ok();
+  return LOOM_ERROR(loomRemoteError, "rank " + std::to_string(peer_) + " (pid " +
+                                         std::to_string(in_->senderPid) +
+                                         ") has exited (shared-memory link)");
+}
 
 void* ShmConnection::trySendSlot() {
   if (posted_ - out_->tail.load(std::memory_order_acquire) >= depth_) return nullptr;
@@ -57,7 +77,7 @@ Status ShmConnection::progress() {
 
 int ShmConnection::lostRank() const {
   const uint32_t v = std::max(in_->broken.load(), out_->broken.load());
-  return v >= 2 ? static_cast<int>(v - 2) : v == 1 ? peer_ : -1;
+  return v >= 2 ? static_cast<int>(v - 2) : v == 1 || peerGone_ ? peer_ : -1;
 }
 
 void ShmConnection::wait(bool forSend, int64_t timeoutUs) {

@@ -26,7 +26,7 @@ struct alignas(64) ShmFifo {
   std::atomic<uint32_t> recvWaiting;
   std::atomic<uint32_t> sendWaiting;
   std::atomic<uint32_t> broken;  // set by either side on failure: 1, or lost rank + 2
-  uint32_t pad2;
+  int32_t senderPid;             // the sending process, written at set-up
   uint64_t sizes[kShmMaxDepth];  // bytes in each slot
   Stamp stamps[kShmMaxDepth];    // each slot's arrival news
   // Slots follow at kShmFifoHeaderBytes.
@@ -59,6 +59,8 @@ class ShmConnection final : public Connection {
   void markBroken() override;
   void markBrokenBecause(int lostRank) override;
   int lostRank() const override;
+  // Fails once the peer's process has exited and nothing it sent is left to read.
+  Status checkRecv() const override;
 
  private:
   Stamp next_;  // for the next slot posted
@@ -71,6 +73,9 @@ class ShmConnection final : public Connection {
   uint32_t depth_;
   uint32_t posted_ = 0;    // == out_->head, kept locally
   uint32_t consumed_ = 0;  // == in_->tail, kept locally
+  static constexpr int64_t kLiveCheckNs = 20'000'000;
+  mutable int64_t nextLiveCheckNs_ = 0;
+  mutable bool peerGone_ = false;  // the peer's process has exited
 };
 
 }  // namespace loom::transport
