@@ -38,7 +38,7 @@ CostModel defaultCostModel() {
   set(Link::Pcie, 3, 20);
   set(Link::Net, 5, 12);
   m.reduce_us_per_byte = 1.0 / 20e3;
-  m.memory = {0.15, 1.0 / 10e3, 0};
+  m.memory = {0.15, 1.0 / 20e3, 0};
   return m;
 }
 
