@@ -97,10 +97,29 @@ void setRankEnv(const LaunchOptions& opts, int port, bool commId) {
   for (const auto& kv : opts.env) setEnv(kv.first.c_str(), kv.second);
 }
 
+// The write ends of the ranks' id pipes (the launcher's), which a rank closes at once.
+std::vector<int> gIdWriteEnds;
+
 [[noreturn]] void runChild(const LaunchOptions& opts, const RankFn& fn, RankContext ctx, int outFd,
-                           const loomUniqueId* parentId) {
+                           const loomUniqueId* parentId, int idPipe) {
   dup2(outFd, STDOUT_FILENO);
   dup2(outFd, STDERR_FILENO);
+  // The parent's id, written once every rank is forked (a closed pipe: it could not make one).
+  loomUniqueId piped;
+  for (int fd : gIdWriteEnds) close(fd);  // so that a launcher's close is an end of file here
+  if (idPipe >= 0) {
+    size_t got = 0;
+    while (got < sizeof(piped)) {
+      const ssize_t n = read(idPipe, reinterpret_cast<char*>(&piped) + got, sizeof(piped) - got);
+      if (n <= 0) {
+        fprintf(stderr, "rank %d: no unique id from the launcher\n", ctx.rank);
+        _exit(kExitInitFailed);
+      }
+      got += static_cast<size_t>(n);
+    }
+    close(idPipe);
+    parentId = &piped;
+  }
   if (parentId == nullptr) setRankEnv(opts, ctx.port, opts.setCommId);
   int code = 0;
   try {
@@ -134,8 +153,13 @@ void setRankEnv(const LaunchOptions& opts, int port, bool commId) {
 }
 
 // Forks the ranks and waits for them under the deadline and the fail grace.
+// With idPipes, each rank reads the id from its pipe, and afterFork (run once every rank is
+// forked) writes it: no rank is forked beside the thread loomGetUniqueId starts, which could
+// hold a lock (malloc's) that the child would then wait on for ever.
 void spawnAndWait(const LaunchOptions& opts, const RankFn& fn, int port, SharedPage* shared,
-                  const std::vector<int>& files, const loomUniqueId* parentId, Slot* slots) {
+                  const std::vector<int>& files, const loomUniqueId* parentId, Slot* slots,
+                  const std::vector<int>* idPipes = nullptr,
+                  const std::function<void()>& afterFork = nullptr) {
   const int n = opts.nranks;
   const double start = nowSeconds();
   fflush(stdout);
@@ -147,12 +171,15 @@ void spawnAndWait(const LaunchOptions& opts, const RankFn& fn, int port, SharedP
     ctx.port = port;
     ctx.shared = shared;
     pid_t pid = fork();
-    if (pid == 0) runChild(opts, fn, ctx, files[r], parentId);
+    if (pid == 0)
+      runChild(opts, fn, ctx, files[r], parentId,
+               idPipes != nullptr ? (*idPipes)[static_cast<size_t>(r)] : -1);
     slots[r].pid = pid;
   }
+  if (afterFork) afterFork();
   // The hook thread starts only after every fork, so no child inherits a second thread.
   std::thread hook;
-  if (opts.whileRunning && parentId == nullptr)
+  if (opts.whileRunning && parentId == nullptr && idPipes == nullptr)
     hook = std::thread([&opts, port, shared] { opts.whileRunning(port, shared); });
   double failedAt = -1;
   for (;;) {
@@ -248,10 +275,24 @@ LaunchResult launch(const LaunchOptions& opts, const RankFn& fn) {
     pid_t launcher = fork();
     if (launcher == 0) {
       setRankEnv(opts, result.port, false);
-      loomUniqueId id;
-      if (loomGetUniqueId(&id) != loomSuccess) _exit(3);
-      spawnAndWait(opts, fn, result.port, shared, files, &id, slots);
-      _exit(0);
+      std::vector<int> readEnds(static_cast<size_t>(n)), writeEnds(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        int fds[2];
+        if (pipe(fds) != 0) _exit(3);
+        readEnds[static_cast<size_t>(r)] = fds[0];
+        writeEnds[static_cast<size_t>(r)] = fds[1];
+      }
+      gIdWriteEnds = writeEnds;
+      bool made = true;
+      spawnAndWait(opts, fn, result.port, shared, files, nullptr, slots, &readEnds, [&] {
+        loomUniqueId id;
+        made = loomGetUniqueId(&id) == loomSuccess;
+        for (int fd : writeEnds) {
+          if (made && write(fd, &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) made = false;
+          close(fd);
+        }
+      });
+      _exit(made ? 0 : 3);
     }
     int status = 0;
     while (waitpid(launcher, &status, WNOHANG) != launcher) {
