@@ -232,27 +232,25 @@ class MemoryRun {
 
   // Low latency: waits for every peer's first line of round g.
   Status waitLines(uint32_t g) {
-    {
-      // Follow each peer's more lines as they land, for at most one wait's polls in all: the
-      // wait on the first line below is the one that yields, blocks and times out.
-      if (llMore_ > 0) {
-        uint64_t polls = comm_.spinCount();
-        for (int q = 0; q < n_; ++q)
-          for (size_t i = 0; q != me_ && i < llMore_; ++i)
-            while (!reached(mc_.header(q)->llMore[g & 1][i].round, g) && polls > 0) {
-              --polls;
-              cpuRelax();
-            }
-      }
-      LOOM_CHECK(waitAll([&](int q) { return &mc_.header(q)->ll[g & 1].round; }, g,
-                         [] { return std::string("low-latency all-reduce"); }, true));
-      noteArrivals([&](int q) { return mc_.header(q)->ll[g & 1].enterNs; });
-      // Every peer has published round g, so each is done reading this rank's lines of round
-      // g - 1: they are round g + 1's, taken for writing now, off the next call's critical path.
-      prefetchForWrite(&mine_->ll[(g + 1) & 1]);
-      for (size_t i = 0; i < llMore_; ++i) prefetchForWrite(&mine_->llMore[(g + 1) & 1][i]);
-      return Status::ok();
+    // Follow each peer's more lines as they land, for at most one wait's polls in all: the
+    // wait on the first line below is the one that yields, blocks and times out.
+    if (llMore_ > 0) {
+      uint64_t polls = comm_.spinCount();
+      for (int q = 0; q < n_; ++q)
+        for (size_t i = 0; q != me_ && i < llMore_; ++i)
+          while (!reached(mc_.header(q)->llMore[g & 1][i].round, g) && polls > 0) {
+            --polls;
+            cpuRelax();
+          }
     }
+    LOOM_CHECK(waitAll([&](int q) { return &mc_.header(q)->ll[g & 1].round; }, g,
+                       [] { return std::string("low-latency all-reduce"); }, true));
+    noteArrivals([&](int q) { return mc_.header(q)->ll[g & 1].enterNs; });
+    // Every peer has published round g, so each is done reading this rank's lines of round
+    // g - 1: they are round g + 1's, taken for writing now, off the next call's critical path.
+    prefetchForWrite(&mine_->ll[(g + 1) & 1]);
+    for (size_t i = 0; i < llMore_; ++i) prefetchForWrite(&mine_->llMore[(g + 1) & 1][i]);
+    return Status::ok();
   }
 
   Status waitPeers(const Step& st, uint32_t g) {
@@ -272,28 +270,26 @@ class MemoryRun {
   // Low latency: every rank's lines of round g, reduced in rank order.
   void reduceLines(const Step& st, uint32_t g) {
     std::vector<const char*>& src = scratch_.bufs;
-    {
-      if (llMore_ == 0) {
-        for (int q = 0; q < n_; ++q) src[static_cast<size_t>(q)] = mc_.header(q)->ll[g & 1].data;
-      } else {
-        // Each rank's lines gathered into one run, for one reduction over all of them.
-        std::vector<char>& runs = scratch_.llRuns;
-        runs.resize(static_cast<size_t>(n_) * transport::kLLMaxBytes);
-        for (int q = 0; q < n_; ++q) {
-          char* run = runs.data() + static_cast<size_t>(q) * transport::kLLMaxBytes;
-          const WindowHeader* h = mc_.header(q);
-          std::memcpy(run, h->ll[g & 1].data, llFirst_);
-          for (size_t i = 0; i < llMore_; ++i) {
-            size_t off, len;
-            moreRange(i, &off, &len);
-            std::memcpy(run + off, h->llMore[g & 1][i].data, len);
-          }
-          src[static_cast<size_t>(q)] = run + st.src.offset * es_;
+    if (llMore_ == 0) {
+      for (int q = 0; q < n_; ++q) src[static_cast<size_t>(q)] = mc_.header(q)->ll[g & 1].data;
+    } else {
+      // Each rank's lines gathered into one run, for one reduction over all of them.
+      std::vector<char>& runs = scratch_.llRuns;
+      runs.resize(static_cast<size_t>(n_) * transport::kLLMaxBytes);
+      for (int q = 0; q < n_; ++q) {
+        char* run = runs.data() + static_cast<size_t>(q) * transport::kLLMaxBytes;
+        const WindowHeader* h = mc_.header(q);
+        std::memcpy(run, h->ll[g & 1].data, llFirst_);
+        for (size_t i = 0; i < llMore_; ++i) {
+          size_t off, len;
+          moreRange(i, &off, &len);
+          std::memcpy(run + off, h->llMore[g & 1][i].data, len);
         }
+        src[static_cast<size_t>(q)] = run + st.src.offset * es_;
       }
-      kernels::reduceMany(red_, at(st.dst), firstInFront(src, 0), src.size(), st.count,
-                          postFlag(st.flags));
     }
+    kernels::reduceMany(red_, at(st.dst), firstInFront(src, 0), src.size(), st.count,
+                        postFlag(st.flags));
   }
 
   Status reduce(const Step& st, uint32_t g) {
