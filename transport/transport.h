@@ -21,15 +21,31 @@
 // which may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "transport/memory.h"
 #include "util/status.h"
 
 namespace loom::transport {
 
 enum class Kind { Shm, Tcp, Ib };
+
+// How news on a connection (a slot posted or released, a peer gone) reaches a thread that waits.
+enum class Wakeup {
+  // wait() sleeps until it (shared memory's futex words); progress() is a few loads.
+  Self,
+  // fd() turns readable or writable with it (a socket): a poll() of fd() with pollEvents()
+  // says whether progress() has anything to do, so one poll() watches many connections.
+  Readable,
+  // fd() signals only after prepareWait() armed it (an RDMA completion channel): progress()
+  // must look on every pass; the descriptor serves a thread that sleeps.
+  Armed,
+};
 
 // Arrival news that rides with a slot, so that ranks learn who entered an
 // operation late without an extra message: the earliest and latest entry
@@ -48,6 +64,7 @@ class Connection {
   virtual ~Connection() = default;
 
   virtual Kind kind() const = 0;
+  virtual Wakeup wakeup() const = 0;
   virtual int peer() const = 0;
   virtual size_t slotBytes() const = 0;
 
@@ -66,6 +83,9 @@ class Connection {
   // Whether `bytes` at `data` can be sent that way (TCP: always; ib: when the caller registered
   // the memory with loomCommRegister).
   virtual bool sendsFromUser(const void* data, size_t bytes) const { return false; }
+  // Whether `bytes` of device memory at `data` can be sent that way (ib: memory registered for
+  // GPUDirect RDMA); else a device buffer is staged through host memory first.
+  virtual bool sendsFromDevice(const void* data, size_t bytes) const { return false; }
   virtual bool postSendFrom(const void* data, size_t bytes) { return false; }
   virtual bool sendOverlaps(const void* data, size_t bytes) const { return false; }
 
@@ -97,7 +117,7 @@ class Connection {
   // Sleeps up to timeoutUs, or until the peer posts (forSend = false) or
   // releases (forSend = true) a slot. May return early.
   virtual void wait(bool forSend, int64_t timeoutUs) = 0;
-  // A socket to poll(), or -1 if this connection has none.
+  // The descriptor wakeup() speaks of: -1 exactly when wakeup() is Self.
   virtual int fd() const { return -1; }
   // The poll() events progress() can use now (0 when it can do nothing).
   virtual short pollEvents() const { return 0; }
@@ -115,6 +135,41 @@ class Connection {
   // Once progress() or checkRecv() failed: the rank whose loss broke this link (the peer, or
   // the rank the peer said it lost); -1 when unknown.
   virtual int lostRank() const { return -1; }
+};
+
+// ---- Setting up ----
+
+// What every transport's set-up is given.
+struct SetupArgs {
+  int rank = 0;
+  std::vector<int> peers;  // the ranks to connect with, without `rank`
+  uint64_t commHash = 0;   // the same on every rank of the communicator
+  size_t slotBytes = 0;    // each FIFO's slot size and slot count
+  size_t depth = 0;
+  // Every wait of the set-up ends by this time (loomTimeout), or once *abortFlag is raised.
+  int64_t deadlineNs = 0;
+  const std::atomic<bool>* abortFlag = nullptr;
+};
+
+// What every set-up gives.
+struct Links {
+  // What the connections and the memory live in (mapped segments, a device), released after
+  // them: declared first, destroyed last.
+  std::shared_ptr<void> backing;
+  std::vector<std::unique_ptr<Connection>> conns;  // one per peer (in no given order)
+  // Every member's mapped memory, members in rank order, this rank included (null where the
+  // transport maps none).
+  std::unique_ptr<MemoryChannel> memory;
+};
+
+// A way of connecting ranks. What a transport needs beyond SetupArgs (a listener, a device, a
+// barrier) it is given when made; connect() is then called the same way for each. connect()
+// is collective: every rank in args.peers calls it with this rank among its own peers.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual Kind kind() const = 0;
+  virtual Result<Links> connect(const SetupArgs& args) = 0;
 };
 
 }  // namespace loom::transport

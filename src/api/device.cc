@@ -245,8 +245,7 @@ Status enqueueStaged(Comm& comm, DeviceState& st, const std::vector<Call>& calls
     // the kernels that wrote it, and returns once the NIC has read it.
     if (sd && c.kind == Call::Send && c.root != comm.rank()) {
       transport::Connection* link = comm.conn(c.root);
-      if (link != nullptr && link->kind() == transport::Kind::Ib && link->sendsFromUser(s, e.send))
-        continue;
+      if (link != nullptr && link->sendsFromDevice(s, e.send)) continue;
     }
     if (sd) {
       const size_t off = alloc(e.send);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "bootstrap/unique_id.h"
@@ -52,7 +53,7 @@ class Ring final : public Bootstrap {
     tcp::socket sock;
     asio::steady_timer timer;
     std::string remote;
-    auth::Nonce nonce{};  // this connection's challenge
+    std::optional<auth::Acceptor> shake;
     std::string challenge;
     unsigned char hello[kRingHelloBytes] = {};
     std::string answer;
@@ -64,8 +65,7 @@ class Ring final : public Bootstrap {
     explicit Linker(asio::io_context& io) : retry(io) {}
     asio::steady_timer retry;
     unsigned char challenge[kChallengeBytes] = {};  // next's
-    auth::Nonce nonce{};                            // ours, answering it
-    std::string hello;
+    std::optional<auth::Connector> shake;           // ours, answering it
     unsigned char ack[kChallengeBytes] = {};
     bool nextDone = false, prevClaimed = false, prevDone = false, stopping = false;
     Status failure;
@@ -183,16 +183,15 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   LOOM_CHECK(await(
       root, [&](Done d) { asio::async_read(root, asio::buffer(challenge), d); }, lim,
       [&] { return "waiting for the challenge of " + where; }, &ec));
-  const unsigned char* rootNonce = ec ? nullptr : parse32(challenge, kChallengeMagic);
-  if (rootNonce == nullptr) {
+  if (ec || !auth::Connector::isChallenge(kRootProtocol, challenge)) {
     return LOOM_ERROR(loomRemoteError,
                       "bootstrap: " + where + " did not open with a Loom challenge (" +
                           (ec ? ec.message() : std::string("bad magic")) + "); is it a Loom root?");
   }
-  LOOM_ASSIGN(auth::Nonce nonce, auth::freshNonce());
   const std::string fields = rootFields(rank_, nranks_, ringAddr_, info);
-  LOOM_ASSIGN(std::string hello,
-              helloFrame(kHelloMagic, kRootContext, id_.secret, rootNonce, nonce, fields, fields));
+  LOOM_ASSIGN(auth::Connector shake,
+              auth::Connector::answer(kRootProtocol, id_.secret, challenge, fields, fields));
+  const std::string& hello = shake.hello();
   LOOM_CHECK(await(
       root, [&](Done d) { asio::async_write(root, asio::buffer(hello), d); }, lim,
       [&] { return "sending its hello to " + where; }, &ec));
@@ -218,9 +217,7 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
                           "); was the id used up already, did the root time out, or does it "
                           "hold another secret?");
   }
-  const unsigned char* rootMac = parse32(proof, kProofMagic);
-  if (rootMac == nullptr || !macMatches(rootMac, kRootContext, auth::Side::Acceptor, id_.secret,
-                                        rootNonce, nonce.data(), fields)) {
+  if (!shake.check(proof)) {
     return LOOM_ERROR(loomRemoteError,
                       "bootstrap: " + where + " did not prove that it holds the id's secret " +
                           "(rank " + std::to_string(rank_) +
@@ -313,50 +310,44 @@ void Ring::connectNext(Linker& lk, const Limits& lim) {
 void Ring::sayHelloToNext(Linker& lk) {
   const std::string who = "the ring listener of rank " + std::to_string(next()) + " at " +
                           net::toString(ringAddrs_[next()]);
-  const unsigned char* theirs = parse32(lk.challenge, kChallengeMagic);
-  Result<auth::Nonce> nonce = auth::freshNonce();
-  if (theirs == nullptr || !nonce.isOk()) {
-    lk.failure = theirs == nullptr
-                     ? LOOM_ERROR(loomRemoteError, "bootstrap: " + who + " answered rank " +
-                                                       std::to_string(rank_) +
-                                                       " with something other than Loom")
-                     : nonce.status();
+  if (!auth::Connector::isChallenge(kRingProtocol, lk.challenge)) {
+    lk.failure =
+        LOOM_ERROR(loomRemoteError, "bootstrap: " + who + " answered rank " +
+                                        std::to_string(rank_) + " with something other than Loom");
     return;
   }
-  lk.nonce = nonce.value();
   std::string wire;
   put32(wire, static_cast<uint32_t>(rank_));
-  Result<std::string> hello = helloFrame(kRingMagic, kRingContext, id_.secret, theirs, lk.nonce,
-                                         ringFields(rank_, next(), nranks_), wire);
-  if (!hello.isOk()) {
-    lk.failure = hello.status();
+  Result<auth::Connector> shake = auth::Connector::answer(kRingProtocol, id_.secret, lk.challenge,
+                                                          ringFields(rank_, next(), nranks_), wire);
+  if (!shake.isOk()) {
+    lk.failure = shake.status();
     return;
   }
-  lk.hello = hello.take();
-  asio::async_write(next_, asio::buffer(lk.hello), [this, &lk, who](const error_code& e, size_t) {
-    if (lk.stopping) return;
-    if (e) {
-      lk.failure = peerError(next(), e, "linking the ring");
-      return;
-    }
-    asio::async_read(next_, asio::buffer(lk.ack), [this, &lk, who](const error_code& e2, size_t) {
-      if (lk.stopping) return;
-      const unsigned char* mac = parse32(lk.ack, kRingAckMagic);
-      if (e2) {
-        lk.failure = peerError(next(), e2, "linking the ring; did it refuse this rank?");
-      } else if (mac == nullptr ||
-                 !macMatches(mac, kRingContext, auth::Side::Acceptor, id_.secret,
-                             parse32(lk.challenge, kChallengeMagic), lk.nonce.data(),
-                             ringFields(rank_, next(), nranks_))) {
-        lk.failure = LOOM_ERROR(loomRemoteError,
-                                "bootstrap: " + who + " did not prove that it holds the id's " +
-                                    "secret; rank " + std::to_string(rank_) +
-                                    " refuses it (a stranger listening at that address?)");
-      } else {
-        lk.nextDone = true;
-      }
-    });
-  });
+  lk.shake = shake.take();
+  asio::async_write(
+      next_, asio::buffer(lk.shake->hello()), [this, &lk, who](const error_code& e, size_t) {
+        if (lk.stopping) return;
+        if (e) {
+          lk.failure = peerError(next(), e, "linking the ring");
+          return;
+        }
+        asio::async_read(
+            next_, asio::buffer(lk.ack), [this, &lk, who](const error_code& e2, size_t) {
+              if (lk.stopping) return;
+              if (e2) {
+                lk.failure = peerError(next(), e2, "linking the ring; did it refuse this rank?");
+              } else if (!lk.shake->check(lk.ack)) {
+                lk.failure =
+                    LOOM_ERROR(loomRemoteError,
+                               "bootstrap: " + who + " did not prove that it holds the id's " +
+                                   "secret; rank " + std::to_string(rank_) +
+                                   " refuses it (a stranger listening at that address?)");
+              } else {
+                lk.nextDone = true;
+              }
+            });
+      });
 }
 
 void Ring::acceptPrev(Linker& lk, const Limits& lim) {
@@ -379,12 +370,12 @@ void Ring::acceptPrev(Linker& lk, const Limits& lim) {
       if (e || !in->open) return;
       closeIncoming(in, "no complete hello within " + msString(limit));
     });
-    Result<auth::Nonce> nonce = auth::freshNonce();
-    if (!nonce.isOk()) {
-      closeIncoming(in, nonce.status().message());
+    Result<auth::Acceptor> shake = auth::Acceptor::start(kRingProtocol, id_.secret);
+    if (!shake.isOk()) {
+      closeIncoming(in, shake.status().message());
     } else {
-      in->nonce = nonce.value();
-      in->challenge = frame32(kChallengeMagic, in->nonce.data());
+      in->shake = shake.take();
+      in->challenge = in->shake->challenge();
       // The hello is read once the challenge is out: one write in flight at a time.
       asio::async_write(
           in->sock, asio::buffer(in->challenge), [this, &lk, in](const error_code& e, size_t) {
@@ -421,8 +412,7 @@ void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
   if (get32(h) != kRingMagic) {
     return closeIncoming(in, "not a Loom ring hello (bad magic)");
   }
-  if (!macMatches(h + kOffMac, kRingContext, auth::Side::Connector, id_.secret, in->nonce.data(),
-                  h + kOffNonce, fields)) {
+  if (!in->shake->check(h, fields)) {
     return closeIncoming(in, "its MAC does not match (wrong secret, or a replayed hello)");
   }
   if (claimed != prev()) {
@@ -432,12 +422,11 @@ void Ring::onRingHello(Linker& lk, const IncomingPtr& in) {
   if (lk.prevClaimed) {
     return closeIncoming(in, "rank " + std::to_string(prev()) + " is already connected");
   }
-  Result<auth::Mac> mine = auth::handshakeMac(id_.secret, kRingContext, auth::Side::Acceptor,
-                                              in->nonce.data(), h + kOffNonce, fields);
-  if (!mine.isOk()) return closeIncoming(in, mine.status().message());
+  Result<std::string> answer = in->shake->answer();
+  if (!answer.isOk()) return closeIncoming(in, answer.status().message());
   in->timer.cancel();
   lk.prevClaimed = true;
-  in->answer = frame32(kRingAckMagic, mine.value().data());
+  in->answer = answer.take();
   asio::async_write(in->sock, asio::buffer(in->answer),
                     [this, &lk, in](const error_code& e, size_t) {
                       if (lk.stopping || !in->open) return;

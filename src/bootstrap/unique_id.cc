@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "bootstrap/wire.h"
@@ -109,7 +110,7 @@ class Root {
     tcp::socket sock;
     asio::steady_timer timer;
     std::string remote;
-    auth::Nonce nonce{};  // this connection's challenge
+    std::optional<auth::Acceptor> shake;
     std::string challenge;
     unsigned char hello[kHelloBytes] = {};
     std::string info;
@@ -248,10 +249,10 @@ void Root::start(tcp::socket sock) {
     if (ec || !c->open || c->heard) return;
     drop(c, "no complete hello within " + msString(limit));
   });
-  Result<auth::Nonce> nonce = auth::freshNonce();
-  if (!nonce.isOk()) return drop(c, nonce.status().message());
-  c->nonce = nonce.value();
-  c->challenge = frame32(kChallengeMagic, c->nonce.data());
+  Result<auth::Acceptor> shake = auth::Acceptor::start(kRootProtocol, secret_);
+  if (!shake.isOk()) return drop(c, shake.status().message());
+  c->shake = shake.take();
+  c->challenge = c->shake->challenge();
   // The hello is read once the challenge is out, so the only write in flight is ever one.
   asio::async_write(c->sock, asio::buffer(c->challenge), [this, c](const error_code& ec, size_t) {
     if (stopping_ || !c->open) return;
@@ -294,14 +295,10 @@ bool Root::authenticate(Conn& c) {
   const unsigned char* h = c.hello;
   std::string fields(reinterpret_cast<const char*>(h + kOffFields), kHelloBytes - kOffFields);
   fields += c.info;
-  if (!macMatches(h + kOffMac, kRootContext, auth::Side::Connector, secret_, c.nonce.data(),
-                  h + kOffNonce, fields)) {
-    return false;
-  }
-  Result<auth::Mac> mine = auth::handshakeMac(secret_, kRootContext, auth::Side::Acceptor,
-                                              c.nonce.data(), h + kOffNonce, fields);
-  if (!mine.isOk()) return false;
-  c.proof = frame32(kProofMagic, mine.value().data());
+  if (!c.shake->check(h, fields)) return false;
+  Result<std::string> proof = c.shake->answer();
+  if (!proof.isOk()) return false;
+  c.proof = proof.take();
   c.rank = static_cast<int32_t>(get32(h + kOffFields));
   c.nranks = static_cast<int32_t>(get32(h + kOffFields + 4));
   return true;

@@ -7,7 +7,8 @@
 // closed and the io_context is run dry (drain) before that state goes away.
 //
 // Wire formats (integers little-endian; IPv4 address and port as in sockaddr_in). Every
-// connection opens with util/auth.h's challenge-response; the listener speaks first:
+// connection opens with util/auth.h's handshake (kRootProtocol, kRingProtocol; the TCP
+// transport speaks the same one); the listener speaks first:
 //   challenge  root/ring listener -> connector   magic "LMBC", nonce[32]
 //   hello      rank -> root  magic "LMBH", nonce[32], mac[32], rank, nranks, ring ip[4],
 //                            ring port[2], pad[2], infoLen, info[infoLen]
@@ -56,6 +57,8 @@ constexpr uint32_t kRingMagic = 0x52424d4cu;       // "LMBR"
 constexpr uint32_t kRingAckMagic = 0x41424d4cu;    // "LMBA"
 constexpr char kRootContext[] = "loom/bootstrap/root/1";
 constexpr char kRingContext[] = "loom/bootstrap/ring/1";
+constexpr auth::Protocol kRootProtocol{kRootContext, kChallengeMagic, kHelloMagic, kProofMagic};
+constexpr auth::Protocol kRingProtocol{kRingContext, kChallengeMagic, kRingMagic, kRingAckMagic};
 constexpr size_t kChallengeBytes = 4 + auth::kNonceBytes;  // also the proof and the ring answer
 constexpr size_t kOffNonce = 4, kOffMac = 4 + auth::kNonceBytes;
 constexpr size_t kOffFields = kOffMac + auth::kMacBytes;  // where a hello's plain fields start
@@ -68,12 +71,8 @@ constexpr std::chrono::milliseconds kSlice(100);
 constexpr std::chrono::milliseconds kRetryDelay(50);
 constexpr std::chrono::milliseconds kHandshake(5000);  // a connection's hello must arrive by then
 
-inline void put32(std::string& s, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
-}
-inline uint32_t get32(const unsigned char* p) {
-  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
-}
+using auth::get32;
+using auth::put32;
 inline void putAddr(std::string& s, const sockaddr_in& a) {
   s.append(reinterpret_cast<const char*>(&a.sin_addr.s_addr), 4);
   s.append(reinterpret_cast<const char*>(&a.sin_port), 2);
@@ -114,19 +113,6 @@ inline std::string msString(Clock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
 }
 
-// A challenge (kChallengeMagic), a proof (kProofMagic) or a ring answer (kRingAckMagic): the
-// magic and 32 bytes of nonce or MAC.
-inline std::string frame32(uint32_t magic, const unsigned char* bytes32) {
-  std::string s;
-  put32(s, magic);
-  s.append(reinterpret_cast<const char*>(bytes32), 32);
-  return s;
-}
-// The 32 bytes of a frame32 of this magic, or null if p (kChallengeBytes long) is not one.
-inline const unsigned char* parse32(const unsigned char* p, uint32_t magic) {
-  return get32(p) == magic ? p + 4 : nullptr;
-}
-
 // A root hello's MAC'd fields: rank, nranks, ring address, infoLen, then info.
 inline std::string rootFields(int rank, int nranks, const sockaddr_in& ring,
                               const std::string& info) {
@@ -144,29 +130,6 @@ inline std::string ringFields(int rank, int listener, int nranks) {
   put32(f, static_cast<uint32_t>(listener));
   put32(f, static_cast<uint32_t>(nranks));
   return f;
-}
-
-// A hello answering the listener's challenge: magic, the connector's nonce, its MAC over
-// `fields`, then `wire` (the fields as the frame carries them).
-inline Result<std::string> helloFrame(uint32_t magic, const char* context,
-                                      const std::string& secret, const unsigned char* listenerNonce,
-                                      const auth::Nonce& nonce, const std::string& fields,
-                                      const std::string& wire) {
-  LOOM_ASSIGN(auth::Mac mac, auth::handshakeMac(secret, context, auth::Side::Connector,
-                                                listenerNonce, nonce.data(), fields));
-  std::string h;
-  put32(h, magic);
-  h.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
-  h.append(reinterpret_cast<const char*>(mac.data()), mac.size());
-  return h + wire;
-}
-// Whether `mac` is what `side` must send for this transcript (constant time).
-inline bool macMatches(const unsigned char* mac, const char* context, auth::Side side,
-                       const std::string& secret, const unsigned char* listenerNonce,
-                       const unsigned char* connectorNonce, const std::string& fields) {
-  Result<auth::Mac> want =
-      auth::handshakeMac(secret, context, side, listenerNonce, connectorNonce, fields);
-  return want.isOk() && auth::sameMac(mac, want.value().data());
 }
 
 // Completion of one asynchronous operation, for waits on a single operation.

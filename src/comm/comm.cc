@@ -226,19 +226,22 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
 
   // Ranks of this host talk over shared memory (unless disabled); others over ib where both
   // ends have a port, else TCP.
-  std::vector<int> local, ibPeers;
-  std::vector<transport::TcpPeer> remote;
+  std::vector<int> local, ibPeers, tcpPeers;
+  std::vector<transport::TcpPeer> addresses;
   auto viaNet = [&](int a, int b) {
     return a != b && (env::shmDisable() || c->peers_[static_cast<size_t>(a)].host !=
                                                c->peers_[static_cast<size_t>(b)].host);
   };
   for (int r = 0; r < nranks; ++r) {
-    if (!viaNet(rank, r))
+    if (r == rank) continue;
+    const PeerInfo& p = c->peers_[static_cast<size_t>(r)];
+    if (!viaNet(rank, r)) {
       local.push_back(r);
-    else if (mine.ib && c->peers_[static_cast<size_t>(r)].ib)
-      ibPeers.push_back(r);
-    else
-      remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr});
+      continue;
+    }
+    (mine.ib && p.ib ? ibPeers : tcpPeers).push_back(r);
+    // Every ib peer also gets an idle TCP link, whose closing tells that its process is gone.
+    addresses.push_back({r, p.tcpAddr, mine.ib && p.ib});
   }
   c->conns_.resize(static_cast<size_t>(nranks));
   {
@@ -272,35 +275,43 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   }
   // Direct buffers when every rank shares this host (the direct all-reduce).
   const size_t directBytes =
-      local.size() == static_cast<size_t>(nranks) && nranks > 1
+      local.size() + 1 == static_cast<size_t>(nranks) && nranks > 1
           ? static_cast<size_t>(std::max<int64_t>(4096, env::directBytes()) / 4096 * 4096)
           : 0;
-  LOOM_ASSIGN(transport::ShmLinks links,
-              transport::setupShm(rank, local, c->bootstrap_->commHash(), slotBytes, depth,
-                                  directBytes, [&c] { return c->bootstrap_->barrier(); }));
-  for (auto& conn : links.conns) c->conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
-  links.conns.clear();
-  c->shm_ = std::make_unique<transport::ShmLinks>(std::move(links));
-  // Every rank is local (directBytes > 0): window member r is rank r.
-  c->memory_ = c->shm_->memory.get();
-
-  const size_t tcpPeers = remote.size();
-  // Every ib peer also gets an idle TCP link, whose closing tells that its process is gone.
-  for (int r : ibPeers) remote.push_back({r, c->peers_[static_cast<size_t>(r)].tcpAddr, true});
-  LOOM_ASSIGN(auto tcp, transport::connectTcp(rank, remote, *c->listener_, c->bootstrap_->secret(),
-                                              c->bootstrap_->commHash(), slotBytes, depth, deadline,
-                                              abortFlag));
-  std::vector<std::unique_ptr<transport::Connection>> watches(static_cast<size_t>(nranks));
-  for (auto& conn : tcp) {
-    const int r = conn->peer();
-    if (std::find(ibPeers.begin(), ibPeers.end(), r) != ibPeers.end()) {
-      watches[static_cast<size_t>(r)] = std::move(conn);
-      continue;
-    }
-    c->netConns_.push_back(conn.get());
-    c->conns_[static_cast<size_t>(r)] = std::move(conn);
+  // Every transport is set up the same way, each with its own peers.
+  transport::SetupArgs setup;
+  setup.rank = rank;
+  setup.commHash = c->bootstrap_->commHash();
+  setup.slotBytes = slotBytes;
+  setup.depth = depth;
+  setup.deadlineNs = deadline;
+  setup.abortFlag = abortFlag;
+  {
+    transport::ShmTransport shm(directBytes, [&c] { return c->bootstrap_->barrier(); });
+    setup.peers = local;
+    LOOM_ASSIGN(transport::Links links, shm.connect(setup));
+    c->adopt(std::move(links));
   }
-  LOOM_CHECK(c->connectIb(ibPeers, slotBytes, depth, &watches, deadline, abortFlag));
+  {
+    transport::TcpTransport tcp(*c->listener_, c->bootstrap_->secret(), addresses);
+    setup.peers.clear();
+    for (const transport::TcpPeer& p : addresses) setup.peers.push_back(p.rank);
+    LOOM_ASSIGN(transport::Links links, tcp.connect(setup));
+    // The links of ib peers only watch: they go to the ib transport.
+    std::vector<std::unique_ptr<transport::Connection>> watches(static_cast<size_t>(nranks));
+    for (auto& conn : links.conns)
+      if (std::find(ibPeers.begin(), ibPeers.end(), conn->peer()) != ibPeers.end())
+        watches[static_cast<size_t>(conn->peer())] = std::move(conn);
+    links.conns.erase(std::remove(links.conns.begin(), links.conns.end(), nullptr),
+                      links.conns.end());
+    c->adopt(std::move(links));
+    if (!ibPeers.empty()) {
+      LOOM_ASSIGN(auto ib, c->ibTransport(std::move(watches)));
+      setup.peers = ibPeers;
+      LOOM_ASSIGN(transport::Links ibLinks, ib->connect(setup));
+      c->adopt(std::move(ibLinks));
+    }
+  }
   // Every TCP peer has connected: stop listening, so a stranger's connection queued there is
   // reset rather than left open, and no port stays open for the communicator's lifetime.
   c->listener_.reset();
@@ -319,7 +330,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   }
   LOOM_CHECK(c->bootstrap_->barrier());
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
-            c->describe().c_str(), local.size() - 1, ibPeers.size(), tcpPeers, slotBytes, depth);
+            c->describe().c_str(), local.size(), ibPeers.size(), tcpPeers.size(), slotBytes, depth);
   return c;
 }
 
@@ -416,12 +427,10 @@ size_t pickIbPort(const std::vector<transport::ib::PortChoice>& ports, int cudaD
 }  // namespace
 #endif
 
-Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
-                       std::vector<std::unique_ptr<transport::Connection>>* watches,
-                       int64_t deadline, const std::atomic<bool>* abortFlag) {
+Result<std::unique_ptr<transport::Transport>> Comm::ibTransport(
+    std::vector<std::unique_ptr<transport::Connection>> watches) {
 #ifdef LOOM_HAVE_IB
   namespace ib = transport::ib;
-  if (peers.empty()) return Status::ok();
   std::string why;
   const ib::Verbs* verbs = ib::loadVerbs(&why);
   // Ranks of one host spread over its ports, nearest first.
@@ -434,24 +443,23 @@ Status Comm::connectIb(const std::vector<int>& peers, size_t slotBytes, size_t d
   const ib::PortChoice& choice = ports[pickIbPort(ports, options_.cudaDev, localIndex)];
   LOOM_ASSIGN(auto device, ib::Device::open(*verbs, choice, static_cast<int>(env::ibGidIndex())));
   netGbps_ = choice.gbps;
-  // Queue pair data goes over each peer's watch link: O(peers) per rank.
-  std::vector<transport::Connection*> links(watches->size());
-  for (size_t r = 0; r < watches->size(); ++r) links[r] = (*watches)[r].get();
-  LOOM_ASSIGN(auto conns,
-              ib::connectIb(peers, device, links, slotBytes, depth, deadline, abortFlag));
-  for (auto& conn : conns) {
-    const size_t r = static_cast<size_t>(conn->peer());
-    static_cast<ib::IbConnection*>(conn.get())->watch(std::move((*watches)[r]));
-    netConns_.push_back(conn.get());
-    conns_[r] = std::move(conn);
-  }
   netLink_ = algo::Link::Net;
   ibDevice_ = device;
-  return Status::ok();
+  return std::unique_ptr<transport::Transport>(
+      std::make_unique<ib::IbTransport>(std::move(device), std::move(watches)));
 #else
-  (void)peers, (void)slotBytes, (void)depth, (void)watches, (void)deadline, (void)abortFlag;
+  (void)watches;
   return LOOM_ERROR(loomInternalError, "a peer offered ib, which this build lacks");
 #endif
+}
+
+void Comm::adopt(transport::Links links) {
+  for (auto& conn : links.conns) {
+    if (conn->wakeup() != transport::Wakeup::Self) netConns_.push_back(conn.get());
+    conns_[static_cast<size_t>(conn->peer())] = std::move(conn);
+  }
+  if (links.memory) memory_ = std::move(links.memory);
+  if (links.backing) backings_.push_back(std::move(links.backing));
 }
 
 Status Comm::progressNet() {
@@ -465,12 +473,12 @@ Status Comm::progressNetReady() {
   // no second system call.
   constexpr size_t kAskEach = 2;
   if (netConns_.size() > kMax || netConns_.size() <= kAskEach) return progressNet();
-  // Only sockets are asked; an RDMA connection (its fd a completion channel, which signals
-  // only when armed) is moved on every look.
+  // Only connections whose descriptor shows news are asked (Wakeup::Readable); the others
+  // are moved on every look.
   pollfd fds[kMax];
   for (size_t i = 0; i < netConns_.size(); ++i) {
     transport::Connection* c = netConns_[i];
-    fds[i] = {c->kind() == transport::Kind::Tcp ? c->fd() : -1, c->pollEvents(), 0};
+    fds[i] = {c->wakeup() == transport::Wakeup::Readable ? c->fd() : -1, c->pollEvents(), 0};
   }
   const bool any = poll(fds, netConns_.size(), 0) > 0;
   // A socket whose connection holds read-ahead bytes (prepareWait) has news poll() cannot see.

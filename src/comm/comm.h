@@ -31,7 +31,6 @@
 
 namespace loom::transport {
 class TcpListener;
-struct ShmLinks;
 }  // namespace loom::transport
 namespace loom::topo {
 class System;
@@ -153,7 +152,7 @@ class Comm {
 
   // The ranks' windows (transport/memory.h), when every rank is on this host (else null):
   // member r is rank r.
-  const transport::MemoryChannel* memory() const { return memory_; }
+  const transport::MemoryChannel* memory() const { return memory_.get(); }
   bool hasDirect() const { return memory_ != nullptr; }
   // The memory steps' rounds: the last round run, and the window buffer it used. An
   // operation's round k (1-based) is round last + k, on buffer (buffer + k) % kWindowBuffers;
@@ -239,10 +238,13 @@ class Comm {
  private:
   Comm() = default;
   static Result<bool> wantIb();
-  // ib links to `peers` (none: nothing to do), their data exchanged over `watches`.
-  Status connectIb(const std::vector<int>& peers, size_t slotBytes, size_t depth,
-                   std::vector<std::unique_ptr<transport::Connection>>* watches, int64_t deadline,
-                   const std::atomic<bool>* abortFlag);
+  // The ib transport on this rank's port, its queue pair data to go over `watches` (indexed
+  // by rank); notes the port's rate.
+  Result<std::unique_ptr<transport::Transport>> ibTransport(
+      std::vector<std::unique_ptr<transport::Connection>> watches);
+  // Takes one transport's links: each connection to its peer's place (and into netConns_ when
+  // a wait polls it), the peers' memory, and what both live in.
+  void adopt(transport::Links links);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -268,11 +270,12 @@ class Comm {
   std::shared_ptr<const topo::System> system_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::unique_ptr<transport::TcpListener> listener_;
-  std::unique_ptr<transport::ShmLinks> shm_;
+  // What the connections and memory_ live in: declared before them, destroyed after them.
+  std::vector<std::shared_ptr<void>> backings_;
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<transport::Connection*> netConns_;
   std::atomic<uint64_t> seq_{0};
-  const transport::MemoryChannel* memory_ = nullptr;  // shm_->memory, when every rank is local
+  std::unique_ptr<transport::MemoryChannel> memory_;  // shm's windows, when every rank is local
   uint32_t memRound_ = 0;
   uint32_t memBuffer_ = 0;
   uint64_t spinCount_ = 0;

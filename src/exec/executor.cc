@@ -57,7 +57,7 @@ void Waiter::block(transport::Connection* conn, bool forSend) {
     conn->wait(forSend, 10000);
     return;
   }
-  if (conn->fd() < 0) {
+  if (conn->wakeup() == transport::Wakeup::Self) {
     // A shared-memory wait in a communicator with sockets: wake often enough
     // to keep the sockets moving.
     conn->wait(forSend, 1000);

@@ -163,7 +163,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
   WaitTimer timer{op_.record, conn->peer(), &blockedSince};
   // Polling a socket is a system call: spin briefly on sockets, longer on
   // shared memory (where other sockets are moved every 64 polls).
-  const bool net = conn->fd() >= 0;
+  const bool net = conn->wakeup() != transport::Wakeup::Self;
   const uint64_t spins = net ? comm_.netSpinCount() : spinCount();
   const uint64_t yields = comm_.yieldCount();
   for (uint64_t i = 0;; ++i) {

@@ -92,4 +92,90 @@ bool sameMac(const unsigned char* a, const unsigned char* b) {
   return CRYPTO_memcmp(a, b, kMacBytes) == 0;
 }
 
+void put32(std::string& s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+void put64(std::string& s, uint64_t v) {
+  put32(s, static_cast<uint32_t>(v));
+  put32(s, static_cast<uint32_t>(v >> 32));
+}
+
+uint32_t get32(const unsigned char* p) {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+uint64_t get64(const unsigned char* p) {
+  return get32(p) | (static_cast<uint64_t>(get32(p + 4)) << 32);
+}
+
+namespace {
+
+std::string frame32(uint32_t magic, const unsigned char* bytes) {
+  std::string s;
+  put32(s, magic);
+  s.append(reinterpret_cast<const char*>(bytes), 32);
+  return s;
+}
+
+}  // namespace
+
+Result<Acceptor> Acceptor::start(const Protocol& protocol, const std::string& secret) {
+  LOOM_ASSIGN(Nonce n, freshNonce());
+  return Acceptor(protocol, secret, n);
+}
+
+std::string Acceptor::challenge() const { return frame32(protocol_.challengeMagic, nonce_.data()); }
+
+bool Acceptor::check(const unsigned char* hello, const std::string& fields) {
+  accepted_ = false;
+  if (get32(hello) != protocol_.helloMagic) return false;
+  const unsigned char* theirs = hello + 4;
+  Result<Mac> want =
+      handshakeMac(secret_, protocol_.context, Side::Connector, nonce_.data(), theirs, fields);
+  if (!want.isOk() || !sameMac(hello + 4 + kNonceBytes, want.value().data())) return false;
+  std::memcpy(theirs_.data(), theirs, kNonceBytes);
+  fields_ = fields;
+  accepted_ = true;
+  return true;
+}
+
+Result<std::string> Acceptor::answer() const {
+  if (!accepted_) return LOOM_ERROR(loomInternalError, "handshake: no hello accepted to answer");
+  LOOM_ASSIGN(Mac mac, handshakeMac(secret_, protocol_.context, Side::Acceptor, nonce_.data(),
+                                    theirs_.data(), fields_));
+  return frame32(protocol_.answerMagic, mac.data());
+}
+
+bool Connector::isChallenge(const Protocol& protocol, const unsigned char* frame) {
+  return get32(frame) == protocol.challengeMagic;
+}
+
+Result<Connector> Connector::answer(const Protocol& protocol, const std::string& secret,
+                                    const unsigned char* challenge, const std::string& fields,
+                                    const std::string& wire) {
+  if (!isChallenge(protocol, challenge))
+    return LOOM_ERROR(loomRemoteError, "handshake: not a challenge of this kind");
+  Connector c;
+  c.protocol_ = protocol;
+  c.secret_ = secret;
+  std::memcpy(c.theirs_.data(), challenge + 4, kNonceBytes);
+  LOOM_ASSIGN(c.nonce_, freshNonce());
+  c.fields_ = fields;
+  LOOM_ASSIGN(Mac mac, handshakeMac(secret, protocol.context, Side::Connector, c.theirs_.data(),
+                                    c.nonce_.data(), fields));
+  put32(c.hello_, protocol.helloMagic);
+  c.hello_.append(reinterpret_cast<const char*>(c.nonce_.data()), kNonceBytes);
+  c.hello_.append(reinterpret_cast<const char*>(mac.data()), kMacBytes);
+  c.hello_ += wire;
+  return c;
+}
+
+bool Connector::check(const unsigned char* answer) const {
+  if (get32(answer) != protocol_.answerMagic) return false;
+  Result<Mac> want = handshakeMac(secret_, protocol_.context, Side::Acceptor, theirs_.data(),
+                                  nonce_.data(), fields_);
+  return want.isOk() && sameMac(answer + 4, want.value().data());
+}
+
 }  // namespace loom::auth

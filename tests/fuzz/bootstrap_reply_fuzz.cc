@@ -19,6 +19,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
+#include "forged_frames.h"
 #include "fuzz_net.h"
 
 using namespace loom::bootstrap;

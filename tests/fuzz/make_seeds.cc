@@ -16,6 +16,7 @@
 #include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
 #include "comm/comm.h"
+#include "forged_frames.h"
 #include "fuzz_net.h"
 #include "transport/tcp/tcp_connection.h"
 #include "util/cpus.h"
@@ -113,15 +114,16 @@ std::string rootReply(int rank, int nranks, const std::string& info) {
 // tcp_handshake target to sign (`sign`: the nonce's first byte even) or junk (odd).
 std::string tcpHello(bool sign, uint32_t rank, uint64_t hash) {
   std::string h;
-  put32(h, 0x4c4d5443u);  // "LMTC"
-  put32(h, rank);
-  put32(h, static_cast<uint32_t>(hash));
-  put32(h, static_cast<uint32_t>(hash >> 32));
+  put32(h, 0x43544d4cu);  // "LMTC"
   auth::Nonce nonce{};
   (void)auth::randomBytes(nonce.data(), nonce.size());
   nonce[0] = static_cast<unsigned char>(sign ? nonce[0] & ~1u : nonce[0] | 1u);
   h.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
-  return h + std::string(auth::kMacBytes, '\x5a');
+  h += std::string(auth::kMacBytes, '\x5a');
+  put32(h, rank);
+  put32(h, static_cast<uint32_t>(hash));
+  put32(h, static_cast<uint32_t>(hash >> 32));
+  return h;
 }
 
 // The bytes a real TcpConnection writes for these payloads, after the fuzz target's

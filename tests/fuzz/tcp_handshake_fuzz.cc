@@ -1,13 +1,14 @@
 // Fuzzes the TCP transport's handshake (transport/tcp/tcp_setup.cc: challenge, hello and answer
-// as transport/tcp/tcp_setup.h lays them out). A real connectTcp runs as rank 1 of 2 on a
+// as transport/tcp/tcp_setup.h lays them out). A real TcpTransport runs as rank 1 of 2 on a
 // loopback listener, waiting for rank 0. Each input is the bytes of up to three strangers,
 // separated by "LMFZ": each reads the challenge, sends its bytes and half-closes. Then a real
-// rank 0 (connectTcp) connects, and the set-up ends.
+// rank 0 (TcpTransport) connects, and the set-up ends.
 //
 // A hello's MAC answers a fresh nonce no input can know, so the target signs for the input:
-// where the bytes are a hello (80 bytes or more, magic "LMTC") whose nonce's first byte is
-// even, it writes the right MAC for its challenge over the hello's fields (rank, the
-// listener's rank, the hash in the hello), as a rank does. Odd nonces keep the input's MAC.
+// where the bytes are a hello (80 bytes or more, magic "LMTC": magic, nonce, MAC, rank, hash) whose
+// nonce's first byte is even, it writes the right MAC for its challenge over the hello's fields
+// (rank, the listener's rank, the hash in the hello), as a rank does. Odd nonces keep the input's
+// MAC.
 //
 // Checked besides crashes and sanitizer reports: a stranger that was not signed gets nothing
 // but its challenge; a signed hello of rank 0 with the communicator's hash (it proved the
@@ -37,8 +38,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 namespace {
 
 constexpr uint64_t kHash = 0x6c6f6f6d2d667a7aull;
-constexpr size_t kFrame32 = 36, kHello = 80, kOffNonce = 16, kOffMac = 48;
-constexpr uint32_t kChallengeMagic = 0x4e544d4cu, kHelloMagic = 0x4c4d5443u;
+constexpr size_t kFrame32 = 36, kHello = 80, kOffNonce = 4, kOffMac = 36, kOffFields = 68;
+constexpr uint32_t kChallengeMagic = 0x4e544d4cu, kHelloMagic = 0x43544d4cu;
 constexpr uint32_t kAnswerMagic = 0x41544d4cu;
 
 uint32_t get32(const std::string& s, size_t at) {
@@ -49,13 +50,27 @@ uint32_t get32(const std::string& s, size_t at) {
 
 // The MAC'd fields of the hello in `bytes` for listener rank 1: rank, 1, hash (little-endian).
 std::string fieldsOf(const std::string& bytes) {
-  std::string f = bytes.substr(4, 4);
+  std::string f = bytes.substr(kOffFields, 4);
   f.append("\x01\x00\x00\x00", 4);
-  return f + bytes.substr(8, 8);
+  return f + bytes.substr(kOffFields + 4, 8);
 }
 
 const unsigned char* u8(const std::string& s, size_t at = 0) {
   return reinterpret_cast<const unsigned char*>(s.data()) + at;
+}
+
+// Rank `rank` of 2 connects over TCP with the other rank, listening at `peer`.
+loom::Result<loom::transport::Links> connectAs(int rank, const sockaddr_in& peer,
+                                               TcpListener& listener, const std::string& secret) {
+  loom::transport::TcpTransport tcp(listener, secret, {TcpPeer{1 - rank, peer}});
+  loom::transport::SetupArgs args;
+  args.rank = rank;
+  args.peers = {1 - rank};
+  args.commHash = kHash;
+  args.slotBytes = 256;
+  args.depth = 2;
+  args.deadlineNs = loom::nowNs() + 3'000'000'000LL;
+  return tcp.connect(args);
 }
 
 }  // namespace
@@ -69,12 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!l1.isOk() || !l0.isOk()) return 0;
   const sockaddr_in addr1 = l1.value()->address(), addr0 = l0.value()->address();
 
-  loom::Result<std::vector<std::unique_ptr<loom::transport::Connection>>> r1 =
-      loom::Status(loomInternalError, "not run");
-  std::thread rank1([&] {
-    r1 = loom::transport::connectTcp(1, {TcpPeer{0, addr0}}, *l1.value(), secret, kHash, 256, 2,
-                                     loom::nowNs() + 3'000'000'000LL, nullptr);
-  });
+  loom::Result<loom::transport::Links> r1 = loom::Status(loomInternalError, "not run");
+  std::thread rank1([&] { r1 = connectAs(1, addr0, *l1.value(), secret); });
 
   std::vector<int> fds;
   std::vector<std::string> challenges;
@@ -98,8 +109,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     // A complete signed hello of rank 0 with the right hash is taken as rank 0.
     uint64_t hash = 0;
-    if (sign) std::memcpy(&hash, c.data() + 8, 8);
-    if (sign && get32(c, 4) == 0 && hash == kHash) tookRankZero = true;
+    if (sign) std::memcpy(&hash, c.data() + kOffFields + 4, 8);
+    if (sign && get32(c, kOffFields) == 0 && hash == kHash) tookRankZero = true;
     loomfuzz::sendAll(fd, c, loomfuzz::after(200));
     shutdown(fd, SHUT_WR);
     fds.push_back(fd);
@@ -108,12 +119,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (tookRankZero) break;  // rank 1 has its peers: later strangers would wait in its queue
   }
 
-  loom::Result<std::vector<std::unique_ptr<loom::transport::Connection>>> r0 =
-      loom::Status(loomInternalError, "not run");
+  loom::Result<loom::transport::Links> r0 = loom::Status(loomInternalError, "not run");
   std::thread rank0([&] {
     if (tookRankZero) return;
-    r0 = loom::transport::connectTcp(0, {TcpPeer{1, addr1}}, *l0.value(), secret, kHash, 256, 2,
-                                     loom::nowNs() + 3'000'000'000LL, nullptr);
+    r0 = connectAs(0, addr1, *l0.value(), secret);
   });
   rank1.join();
   rank0.join();
@@ -126,8 +135,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             r0.status().message().c_str());
     abort();
   }
-  if (r1.isOk()) r1.value().clear();  // closes what was accepted
-  if (r0.isOk()) r0.value().clear();
+  if (r1.isOk()) r1.value().conns.clear();  // closes what was accepted
+  if (r0.isOk()) r0.value().conns.clear();
   for (size_t i = 0; i < fds.size(); ++i) {
     // Everything after the challenge (which, on a loaded machine, may come after the target
     // stopped waiting for it: then the stranger was not signed).

@@ -11,6 +11,7 @@
 // socketpair (ib's queue pair data, over a TCP connection on it that is also ib's watch link).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -88,12 +89,10 @@ struct Plan {
   }
 };
 
-// One rank's end. `conn`, declared last, is destroyed first, before the memory it lives in.
+// One rank's end: its links (the mapped segments or the device they live in) and the one
+// connection. `conn`, declared last, is destroyed first, before what it lives in.
 struct Endpoint {
-  loom::transport::ShmLinks shm;  // shm: the mapped segments
-#ifdef LOOM_HAVE_IB
-  std::shared_ptr<loom::transport::ib::Device> device;
-#endif
+  loom::transport::Links links;
   std::unique_ptr<Connection> conn;
 };
 
@@ -101,28 +100,24 @@ Status toStatus(const ::testing::AssertionResult& r) {
   return r ? Status::ok() : Status(loomSystemError, r.message());
 }
 
-Status join(Kind kind, int rank, Plan& plan, Control& control, Endpoint* ep) {
+// The transport of `kind`, made with what it needs beyond SetupArgs.
+loom::Result<std::unique_ptr<loom::transport::Transport>> makeTransport(Kind kind, int rank,
+                                                                        Plan& plan,
+                                                                        Control& control) {
   namespace lt = loom::transport;
   const int peer = 1 - rank;
-  const int64_t deadlineNs = loom::nowNs() + 15'000'000'000LL;
   switch (kind) {
     case Kind::Shm: {
       auto barrier = [&control] {
         Status s = toStatus(control.send(kBarrier));
         return s.isOk() ? toStatus(control.expect(kBarrier)) : s;
       };
-      LOOM_ASSIGN(ep->shm, lt::setupShm(rank, {0, 1}, plan.commHash, kSlot, kDepth, 0, barrier));
-      ep->conn = std::move(ep->shm.conns.at(0));
-      ep->shm.conns.clear();
-      return Status::ok();
+      return std::unique_ptr<lt::Transport>(std::make_unique<lt::ShmTransport>(0, barrier));
     }
-    case Kind::Tcp: {
-      std::vector<lt::TcpPeer> peers{{peer, plan.addrs[peer]}};
-      LOOM_ASSIGN(auto conns, lt::connectTcp(rank, peers, *plan.listeners[rank], "conformance",
-                                             plan.commHash, kSlot, kDepth, deadlineNs, nullptr));
-      ep->conn = std::move(conns.at(0));
-      return Status::ok();
-    }
+    case Kind::Tcp:
+      return std::unique_ptr<lt::Transport>(
+          std::make_unique<lt::TcpTransport>(*plan.listeners[rank], "conformance",
+                                             std::vector<lt::TcpPeer>{{peer, plan.addrs[peer]}}));
     case Kind::Ib: {
 #ifdef LOOM_HAVE_IB
       namespace ib = lt::ib;
@@ -135,24 +130,39 @@ Status join(Kind kind, int rank, Plan& plan, Control& control, Endpoint* ep) {
       if (ports.empty()) return Status(loomSystemError, "ib: no active port");
       // As comm.cc spreads the ranks of one host over its ports.
       const ib::PortChoice& choice = ports[static_cast<size_t>(rank) % ports.size()];
-      LOOM_ASSIGN(ep->device,
+      LOOM_ASSIGN(auto device,
                   ib::Device::open(*verbs, choice, static_cast<int>(loom::env::ibGidIndex())));
       // The watch link, as comm.cc's (64-byte slots, depth 2), here over a socketpair.
-      auto watch = std::make_unique<lt::TcpConnection>(peer, plan.watch[rank], 64, 2);
+      std::vector<std::unique_ptr<Connection>> watches(2);
+      watches[static_cast<size_t>(peer)] =
+          std::make_unique<lt::TcpConnection>(peer, plan.watch[rank], 64, 2);
       plan.watch[rank] = -1;
-      std::vector<Connection*> links(2, nullptr);
-      links[static_cast<size_t>(peer)] = watch.get();
-      LOOM_ASSIGN(auto conns,
-                  ib::connectIb({peer}, ep->device, links, kSlot, kDepth, deadlineNs, nullptr));
-      static_cast<ib::IbConnection*>(conns.at(0).get())->watch(std::move(watch));
-      ep->conn = std::move(conns.at(0));
-      return Status::ok();
+      return std::unique_ptr<lt::Transport>(
+          std::make_unique<ib::IbTransport>(std::move(device), std::move(watches)));
 #else
       return Status(loomSystemError, "this build has no ib transport");
 #endif
     }
   }
   return Status(loomInternalError, "unknown transport");
+}
+
+// Every transport is then joined the same way.
+Status join(Kind kind, int rank, Plan& plan, Control& control, Endpoint* ep) {
+  LOOM_ASSIGN(auto transport, makeTransport(kind, rank, plan, control));
+  if (transport->kind() != kind) return Status(loomInternalError, "made the wrong transport");
+  loom::transport::SetupArgs args;
+  args.rank = rank;
+  args.peers = {1 - rank};
+  args.commHash = plan.commHash;
+  args.slotBytes = kSlot;
+  args.depth = kDepth;
+  args.deadlineNs = loom::nowNs() + 15'000'000'000LL;
+  LOOM_ASSIGN(ep->links, transport->connect(args));
+  if (ep->links.conns.size() != 1) return Status(loomInternalError, "expected one connection");
+  ep->conn = std::move(ep->links.conns[0]);
+  ep->links.conns.clear();
+  return Status::ok();
 }
 
 // ---- Moving messages, every wait bounded ----
@@ -522,6 +532,45 @@ TEST_P(ConnectionConformance, AZeroLengthMessageIsASlotOfItsOwn) {
         const Deadline d(10);
         for (size_t m = 0; m < sizes.size(); ++m) ASSERT_TRUE(sendMessage(c, m, sizes[m], d));
         ASSERT_TRUE(flush(c, d));
+        finish(control);
+      });
+}
+
+// A thread that waits learns of news as wakeup() says, as the executor waits: on Self
+// connections in wait(); on the others in a poll() of fd() (armed by prepareWait() first). The
+// news comes within a second of a wait bounded at 5 s.
+TEST_P(ConnectionConformance, NewsReachesAWaiterAsWakeupSays) {
+  runPair(
+      [&](Connection& c, Control& control) {
+        const bool self = c.wakeup() == loom::transport::Wakeup::Self;
+        EXPECT_EQ(self, c.fd() < 0) << "fd() must be -1 exactly when wakeup() is Self";
+        const Deadline d(10);
+        ASSERT_TRUE(control.send(kGo));
+        const double t0 = secondsNow();
+        size_t got = 0;
+        for (;;) {
+          ASSERT_TRUE(c.progress().isOk());
+          if (c.tryRecvSlot(&got) != nullptr) break;
+          ASSERT_FALSE(d.passed()) << "message 0 did not arrive in time";
+          if (self) {
+            c.wait(false, 5'000'000);
+          } else if (!c.prepareWait()) {
+            pollfd p{c.fd(), c.pollEvents(), 0};
+            ASSERT_NE(p.events, 0) << "nothing to poll for while a receive waits";
+            poll(&p, 1, 5000);
+          }
+        }
+        EXPECT_LT(secondsNow() - t0, 1.0) << "the news did not end the wait";
+        ASSERT_TRUE(checkSlot(c.tryRecvSlot(&got), got, 0, 100));
+        c.releaseRecv();
+        finish(control);
+      },
+      [&](Connection& c, Control& control) {
+        ASSERT_TRUE(control.expect(kGo));
+        // Late enough that the peer is asleep in its wait.
+        usleep(200'000);
+        ASSERT_TRUE(sendMessage(c, 0, 100, Deadline(10)));
+        ASSERT_TRUE(flush(c, Deadline(10)));
         finish(control);
       });
 }

@@ -24,6 +24,7 @@
 
 #include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
+#include "forged_frames.h"
 #include "transport/tcp/tcp_setup.h"
 #include "util/auth.h"
 #include "util/env.h"
@@ -1021,7 +1022,7 @@ TEST(BootstrapTest, RankZeroHostsTheRootForAFixedAddress) {
 
 constexpr uint64_t kTcpHash = 0x1234abcd5678ef01ull;
 constexpr uint32_t kTcpChallengeMagic = 0x4e544d4cu;  // "LMTN"
-constexpr uint32_t kTcpHelloMagic = 0x4c4d5443u;      // "LMTC"
+constexpr uint32_t kTcpHelloMagic = 0x43544d4cu;      // "LMTC"
 constexpr uint32_t kTcpAnswerMagic = 0x41544d4cu;     // "LMTA"
 constexpr size_t kTcpHelloBytes = 80;
 
@@ -1033,9 +1034,9 @@ std::string tcpHello(const std::string& secret, const unsigned char* challenge, 
   auto mac = auth::handshakeMac(secret, "loom/tcp/1", auth::Side::Connector, challenge, mine.data(),
                                 fields);
   EXPECT_TRUE(mac.isOk());
-  return le32(kTcpHelloMagic) + le32(static_cast<uint32_t>(rank)) + le64(kTcpHash) +
-         std::string(mine.begin(), mine.end()) +
-         std::string(mac.value().begin(), mac.value().end());
+  return le32(kTcpHelloMagic) + std::string(mine.begin(), mine.end()) +
+         std::string(mac.value().begin(), mac.value().end()) + le32(static_cast<uint32_t>(rank)) +
+         le64(kTcpHash);
 }
 
 struct TcpSide {
@@ -1047,10 +1048,17 @@ TcpSide connectTcpAs(int rank, const std::vector<transport::TcpPeer>& peers,
                      transport::TcpListener& listener, const std::string& secret,
                      int64_t timeoutMs = kTimeoutMs) {
   TcpSide side;
-  auto r = transport::connectTcp(rank, peers, listener, secret, kTcpHash, 4096, 4,
-                                 nowNs() + timeoutMs * 1'000'000, nullptr);
+  transport::TcpTransport tcp(listener, secret, peers);
+  transport::SetupArgs args;
+  args.rank = rank;
+  for (const transport::TcpPeer& p : peers) args.peers.push_back(p.rank);
+  args.commHash = kTcpHash;
+  args.slotBytes = 4096;
+  args.depth = 4;
+  args.deadlineNs = nowNs() + timeoutMs * 1'000'000;
+  auto r = tcp.connect(args);
   if (r.isOk()) {
-    side.conns = r.take();
+    side.conns = std::move(r.value().conns);
   } else {
     side.status = r.status();
   }

@@ -61,12 +61,16 @@ class IbConnection final : public Connection {
   Status connect(const QpInfo& remote);
 
   Kind kind() const override { return Kind::Ib; }
+  Wakeup wakeup() const override { return Wakeup::Armed; }
   int peer() const override { return peer_; }
   size_t slotBytes() const override { return slotBytes_; }
   void* trySendSlot() override;
   void postSend(size_t bytes) override;
   void stampNext(const Stamp& stamp) override { next_ = stamp; }
   bool sendsFromUser(const void* data, size_t bytes) const override;
+  bool sendsFromDevice(const void* data, size_t bytes) const override {
+    return sendsFromUser(data, bytes);
+  }
   bool postSendFrom(const void* data, size_t bytes) override;
   bool sendOverlaps(const void* data, size_t bytes) const override;
   const void* tryRecvSlot(size_t* bytes) override;

@@ -376,12 +376,8 @@ Status exchangeOverLinks(const std::vector<Connection*>& links,
   }
 }
 
-Result<std::vector<std::unique_ptr<Connection>>> connectIb(const std::vector<int>& peers,
-                                                           const std::shared_ptr<Device>& device,
-                                                           const std::vector<Connection*>& links,
-                                                           size_t slotBytes, size_t depth,
-                                                           int64_t deadlineNs,
-                                                           const std::atomic<bool>* abortFlag) {
+Result<Links> IbTransport::connect(const SetupArgs& args) {
+  const std::vector<int>& peers = args.peers;
   std::vector<std::unique_ptr<IbConnection>> conns;
   std::vector<QpInfo> mine(peers.size()), theirs(peers.size());
   std::vector<Connection*> via;
@@ -389,14 +385,13 @@ Result<std::vector<std::unique_ptr<Connection>>> connectIb(const std::vector<int
   std::vector<void*> in;
   Status failed;
   for (size_t i = 0; i < peers.size(); ++i) {
-    const int p = peers[i];
-    Connection* link =
-        static_cast<size_t>(p) < links.size() ? links[static_cast<size_t>(p)] : nullptr;
+    const size_t p = static_cast<size_t>(peers[i]);
+    Connection* link = p < watches_.size() ? watches_[p].get() : nullptr;
     if (link == nullptr)
       return LOOM_ERROR(loomInternalError, "ib: no link to rank " + std::to_string(p) +
                                                " to exchange connection data over");
     if (failed.isOk()) {
-      auto c = IbConnection::create(p, device, slotBytes, depth);
+      auto c = IbConnection::create(peers[i], device_, args.slotBytes, args.depth);
       if (c.isOk()) {
         mine[i] = c.value()->localInfo();
         conns.push_back(c.take());
@@ -408,17 +403,20 @@ Result<std::vector<std::unique_ptr<Connection>>> connectIb(const std::vector<int
     out.push_back(&mine[i]);
     in.push_back(&theirs[i]);
   }
-  LOOM_CHECK(exchangeOverLinks(via, out, in, sizeof(QpInfo), deadlineNs, abortFlag));
+  LOOM_CHECK(exchangeOverLinks(via, out, in, sizeof(QpInfo), args.deadlineNs, args.abortFlag));
   LOOM_CHECK(failed);
-  std::vector<std::unique_ptr<Connection>> result;
+  Links links;
+  links.backing = device_;
   for (size_t i = 0; i < conns.size(); ++i) {
     IbConnection& c = *conns[i];
     LOOM_CHECK(c.connect(theirs[i]).prefix("ib link to rank " + std::to_string(c.peer()) + ": "));
-    result.push_back(std::move(conns[i]));
+    c.watch(std::move(watches_[static_cast<size_t>(c.peer())]));
+    links.conns.push_back(std::move(conns[i]));
   }
-  if (device)
-    LOOM_INFO(kTransport, "ib: %zu queue pairs on %s", result.size(), device->describe().c_str());
-  return result;
+  if (device_)
+    LOOM_INFO(kTransport, "ib: %zu queue pairs on %s", links.conns.size(),
+              device_->describe().c_str());
+  return links;
 }
 
 }  // namespace loom::transport::ib

@@ -111,18 +111,23 @@ Status exchangeOverLinks(const std::vector<Connection*>& links,
                          const std::vector<const void*>& mine, const std::vector<void*>& theirs,
                          size_t bytes, int64_t deadlineNs, const std::atomic<bool>* abortFlag);
 
-// Connects this rank with every rank in `peers` over `device`. The queue pair
-// data for peer p travels over links[p] (indexed by rank: an authenticated
-// point-to-point link, the communicator's TCP watch link), so each rank sends
-// and receives one QpInfo per peer: O(peers) per rank, whatever the
-// communicator's size. Peers must be symmetric (a in b's list iff b in a's).
-// A rank that cannot create a queue pair still sends every peer an invalid
+// ib among ranks: connects this rank with every rank in SetupArgs::peers over `device`. The
+// queue pair data for peer p travels over watches[p] (indexed by rank: an authenticated
+// point-to-point link, the communicator's TCP watch link), so each rank sends and receives one
+// QpInfo per peer: O(peers) per rank, whatever the communicator's size. Each watch link then
+// goes into its ib connection, whose peer's exit it reports. Peers must be symmetric (a in b's
+// list iff b in a's). A rank that cannot create a queue pair still sends every peer an invalid
 // entry, so they fail at once with a message rather than at the deadline.
-Result<std::vector<std::unique_ptr<Connection>>> connectIb(const std::vector<int>& peers,
-                                                           const std::shared_ptr<Device>& device,
-                                                           const std::vector<Connection*>& links,
-                                                           size_t slotBytes, size_t depth,
-                                                           int64_t deadlineNs,
-                                                           const std::atomic<bool>* abortFlag);
+class IbTransport final : public Transport {
+ public:
+  IbTransport(std::shared_ptr<Device> device, std::vector<std::unique_ptr<Connection>> watches)
+      : device_(std::move(device)), watches_(std::move(watches)) {}
+  Kind kind() const override { return Kind::Ib; }
+  Result<Links> connect(const SetupArgs& args) override;
+
+ private:
+  std::shared_ptr<Device> device_;
+  std::vector<std::unique_ptr<Connection>> watches_;
+};
 
 }  // namespace loom::transport::ib

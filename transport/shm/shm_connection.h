@@ -45,6 +45,7 @@ class ShmConnection final : public Connection {
   ShmConnection(int peer, ShmFifo* out, ShmFifo* in, size_t slotBytes, size_t depth);
 
   Kind kind() const override { return Kind::Shm; }
+  Wakeup wakeup() const override { return Wakeup::Self; }
   int peer() const override { return peer_; }
   size_t slotBytes() const override { return slotBytes_; }
   void* trySendSlot() override;

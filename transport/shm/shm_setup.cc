@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -73,66 +74,68 @@ ShmSegment::~ShmSegment() {
   if (ptr_ != nullptr) munmap(ptr_, bytes_);
 }
 
-Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t commHash,
-                          size_t slotBytes, size_t depth, size_t directBytes,
-                          const std::function<Status()>& barrier) {
-  ShmLinks links;
-  links.localRanks = localRanks;
+Result<Links> ShmTransport::connect(const SetupArgs& args) {
+  std::vector<int> localRanks = args.peers;
+  localRanks.push_back(args.rank);
+  std::sort(localRanks.begin(), localRanks.end());
+  auto segments = std::make_shared<std::vector<std::unique_ptr<ShmSegment>>>();
+  Links links;
+  links.backing = segments;
   const size_t nlocal = localRanks.size();
-  const size_t fifoBytes = shmFifoBytes(slotBytes, depth);
-  // Segment layout: nlocal FIFOs, then this rank's window region.
-  const size_t segBytes =
-      nlocal * fifoBytes + (directBytes > 0 ? windowRegionBytes(directBytes) : 0);
-  // The FIFO that local rank i writes into lives at i * fifoBytes of the
-  // receiver's segment.
-  size_t myIndex = 0;
-  for (size_t i = 0; i < nlocal; ++i)
-    if (localRanks[i] == rank) myIndex = i;
+  const size_t fifoBytes = shmFifoBytes(args.slotBytes, args.depth);
+  const size_t regionBytes = directBytes_ > 0 ? windowRegionBytes(directBytes_) : 0;
+  // Segment layout: nlocal FIFOs, then this rank's window region. The FIFO that local rank i
+  // writes into lives at i * fifoBytes of the receiver's segment.
+  const size_t segBytes = nlocal * fifoBytes + regionBytes;
+  const size_t myIndex = static_cast<size_t>(
+      std::find(localRanks.begin(), localRanks.end(), args.rank) - localRanks.begin());
   if (nlocal > 1) {
-    LOOM_ASSIGN(auto mine, ShmSegment::create(segmentName(commHash, rank), segBytes));
-    links.segments.push_back(std::move(mine));
+    LOOM_ASSIGN(auto mine, ShmSegment::create(segmentName(args.commHash, args.rank), segBytes));
+    segments->push_back(std::move(mine));
   }
-  LOOM_CHECK(barrier());
-  if (nlocal <= 1) return links;
-  char* own = links.segments[0]->data();
-  std::vector<WindowRegion> windows(nlocal);
-  windows[myIndex].base = own + nlocal * fifoBytes;
-  for (size_t i = 0; i < nlocal; ++i) {
-    if (i == myIndex) continue;
-    LOOM_ASSIGN(auto peerSeg, ShmSegment::open(segmentName(commHash, localRanks[i]), segBytes));
-    windows[i].base = peerSeg->data() + nlocal * fifoBytes;
-    auto* out = reinterpret_cast<ShmFifo*>(peerSeg->data() + myIndex * fifoBytes);
-    auto* in = reinterpret_cast<ShmFifo*>(own + i * fifoBytes);
-    links.conns.push_back(
-        std::make_unique<ShmConnection>(localRanks[i], out, in, slotBytes, depth));
-    links.segments.push_back(std::move(peerSeg));
-  }
-  // The pages this rank will touch, faulted in now rather than in the first collectives:
-  // for writing, its own window region and its FIFO in each peer's segment; for reading, the
-  // FIFOs in its own segment and the peers' window regions. (Not the FIFOs between two
-  // other ranks, which this rank never touches.) Only once every segment is mapped: pages
-  // touched while the segments were still being mapped (each peer's as it was opened) left
-  // the first collectives as slow as untouched pages do.
-  const size_t regionBytes = directBytes > 0 ? windowRegionBytes(directBytes) : 0;
-  for (size_t i = 0, k = 1; i < nlocal; ++i) {
-    if (i == myIndex) {
-      pages::touchForWrite(own + nlocal * fifoBytes, regionBytes);
-      continue;
+  LOOM_CHECK(barrier_());
+  if (nlocal > 1) {
+    char* own = (*segments)[0]->data();
+    std::vector<WindowRegion> windows(nlocal);
+    windows[myIndex].base = own + nlocal * fifoBytes;
+    for (size_t i = 0; i < nlocal; ++i) {
+      if (i == myIndex) continue;
+      LOOM_ASSIGN(auto peerSeg,
+                  ShmSegment::open(segmentName(args.commHash, localRanks[i]), segBytes));
+      windows[i].base = peerSeg->data() + nlocal * fifoBytes;
+      auto* out = reinterpret_cast<ShmFifo*>(peerSeg->data() + myIndex * fifoBytes);
+      auto* in = reinterpret_cast<ShmFifo*>(own + i * fifoBytes);
+      links.conns.push_back(
+          std::make_unique<ShmConnection>(localRanks[i], out, in, args.slotBytes, args.depth));
+      segments->push_back(std::move(peerSeg));
     }
-    char* peer = links.segments[k++]->data();
-    pages::touchForWrite(peer + myIndex * fifoBytes, fifoBytes);
-    pages::touchForRead(peer + nlocal * fifoBytes, regionBytes);
-    pages::touchForRead(own + i * fifoBytes, fifoBytes);
+    // The pages this rank will touch, faulted in now rather than in the first collectives:
+    // for writing, its own window region and its FIFO in each peer's segment; for reading, the
+    // FIFOs in its own segment and the peers' window regions. (Not the FIFOs between two
+    // other ranks, which this rank never touches.) Only once every segment is mapped: pages
+    // touched while the segments were still being mapped (each peer's as it was opened) left
+    // the first collectives as slow as untouched pages do.
+    for (size_t i = 0, k = 1; i < nlocal; ++i) {
+      if (i == myIndex) {
+        pages::touchForWrite(own + nlocal * fifoBytes, regionBytes);
+        continue;
+      }
+      char* peer = (*segments)[k++]->data();
+      pages::touchForWrite(peer + myIndex * fifoBytes, fifoBytes);
+      pages::touchForRead(peer + nlocal * fifoBytes, regionBytes);
+      pages::touchForRead(own + i * fifoBytes, fifoBytes);
+    }
+    if (directBytes_ > 0)
+      links.memory = std::make_unique<MemoryChannel>(std::move(windows), directBytes_,
+                                                     static_cast<int>(myIndex));
   }
-  if (directBytes > 0)
-    links.memory =
-        std::make_unique<MemoryChannel>(std::move(windows), directBytes, static_cast<int>(myIndex));
   // Everyone has mapped everything: the names are no longer needed.
-  Status s = barrier();
-  links.segments[0]->unlink();
+  Status s = barrier_();
+  if (nlocal > 1) (*segments)[0]->unlink();
   LOOM_CHECK(s);
-  LOOM_INFO(kTransport, "shm: %zu local peers, %zu slots of %zu bytes each way", nlocal - 1, depth,
-            slotBytes);
+  if (nlocal > 1)
+    LOOM_INFO(kTransport, "shm: %zu local peers, %zu slots of %zu bytes each way", nlocal - 1,
+              args.depth, args.slotBytes);
   return links;
 }
 

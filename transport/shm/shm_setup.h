@@ -38,19 +38,20 @@ class ShmSegment {
   bool owner_;
 };
 
-struct ShmLinks {
-  std::vector<std::unique_ptr<ShmSegment>> segments;
-  std::vector<std::unique_ptr<Connection>> conns;  // one per local peer
-  std::vector<int> localRanks;                     // sorted, including this rank
-  // The local ranks' windows (null without them), members in localRanks' order.
-  std::unique_ptr<MemoryChannel> memory;
-};
+// Shared memory among the ranks of one host: SetupArgs::peers are the other local ranks.
+// barrier runs a barrier among every rank of the communicator (local or not), twice in each
+// connect(), also on a rank with no local peer, so that every rank calls it as often.
+// directBytes: the size of each window buffer per rank (0: no windows, Links::memory null).
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(size_t directBytes, std::function<Status()> barrier)
+      : directBytes_(directBytes), barrier_(std::move(barrier)) {}
+  Kind kind() const override { return Kind::Shm; }
+  Result<Links> connect(const SetupArgs& args) override;
 
-// localRanks: the ranks on this host, sorted, including `rank`. barrier runs
-// a barrier among all ranks of the communicator. directBytes: size of each
-// of the window buffers per rank (0: no windows).
-Result<ShmLinks> setupShm(int rank, const std::vector<int>& localRanks, uint64_t commHash,
-                          size_t slotBytes, size_t depth, size_t directBytes,
-                          const std::function<Status()>& barrier);
+ private:
+  size_t directBytes_;
+  std::function<Status()> barrier_;
+};
 
 }  // namespace loom::transport

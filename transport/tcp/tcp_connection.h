@@ -29,6 +29,7 @@ class TcpConnection final : public Connection {
   ~TcpConnection() override;
 
   Kind kind() const override { return Kind::Tcp; }
+  Wakeup wakeup() const override { return Wakeup::Readable; }
   int peer() const override { return peer_; }
   size_t slotBytes() const override { return slotBytes_; }
   void* trySendSlot() override;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "transport/tcp/tcp_connection.h"
 #include "util/auth.h"
@@ -23,41 +24,20 @@
 namespace loom::transport {
 namespace {
 
-// The handshake (util/auth.h; the frames are laid out in tcp_setup.h).
-constexpr uint32_t kChallengeMagic = 0x4e544d4c;  // "LMTN"
-constexpr uint32_t kHelloMagic = 0x4c4d5443;      // "LMTC"
-constexpr uint32_t kAnswerMagic = 0x41544d4c;     // "LMTA"
-constexpr char kContext[] = "loom/tcp/1";
+// The handshake (util/auth.h): the hello's wire fields are the connecting rank (u32) and the
+// communicator hash (u64).
+constexpr auth::Protocol kProtocol{"loom/tcp/1", 0x4e544d4c /* "LMTN" */, 0x43544d4c /* "LMTC" */,
+                                   0x41544d4c /* "LMTA" */};
+constexpr size_t kHelloBytes = auth::kHelloHeadBytes + 12;
 constexpr int64_t kHandshakeNs = 5'000'000'000LL;  // an accepted connection's hello by then
-
-#pragma pack(push, 1)
-struct Frame32 {  // a challenge (nonce) or an answer (MAC)
-  uint32_t magic;
-  unsigned char bytes[32];
-};
-struct Hello {
-  uint32_t magic;
-  uint32_t rank;
-  uint64_t commHash;
-  unsigned char nonce[auth::kNonceBytes];
-  unsigned char mac[auth::kMacBytes];
-};
-#pragma pack(pop)
-static_assert(sizeof(Frame32) == 36 && sizeof(Hello) == 80, "tcp_setup.h's frame sizes");
 
 // The MAC'd fields of a hello: the connecting rank, the accepting rank, the communicator hash.
 std::string fields(int from, int to, uint64_t commHash) {
   std::string f;
-  for (uint64_t v : {static_cast<uint64_t>(static_cast<uint32_t>(from)),
-                     static_cast<uint64_t>(static_cast<uint32_t>(to))})
-    for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>(v >> (8 * i)));
-  for (int i = 0; i < 8; ++i) f.push_back(static_cast<char>(commHash >> (8 * i)));
+  auth::put32(f, static_cast<uint32_t>(from));
+  auth::put32(f, static_cast<uint32_t>(to));
+  auth::put64(f, commHash);
   return f;
-}
-
-template <typename T>
-std::string bytesOf(const T& t) {
-  return std::string(reinterpret_cast<const char*>(&t), sizeof(t));
 }
 
 Status sysError(const std::string& what) {
@@ -125,7 +105,7 @@ Status checkWait(int64_t deadlineNs, const std::atomic<bool>* abortFlag, const c
   return Status::ok();
 }
 
-// Connects, retrying while the peer is not listening yet; the handshake follows in connectTcp.
+// Connects, retrying while the peer is not listening yet; the handshake follows in connectAll.
 Result<int> connectOne(const TcpPeer& p, int64_t deadlineNs, const std::atomic<bool>* abortFlag) {
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -155,12 +135,12 @@ struct Shake {
   const TcpPeer* peer = nullptr;  // outgoing: whom; incoming: set once the hello checks out
   std::string from;               // the remote address, for the log
   int64_t since = 0;
-  auth::Nonce mine{};
-  std::string theirNonce;
-  std::string out;        // bytes still to send
-  std::string in;         // bytes received of the frame awaited
-  size_t want = 0;        // that frame's size
-  bool answered = false;  // acceptor: the answer is queued; done once it is sent
+  std::optional<auth::Acceptor> acceptor;    // incoming
+  std::optional<auth::Connector> connector;  // outgoing, once the challenge came
+  std::string out;                           // bytes still to send
+  std::string in;                            // bytes received of the frame awaited
+  size_t want = 0;                           // that frame's size
+  bool answered = false;                     // acceptor: the answer is queued; done once it is sent
 };
 
 }  // namespace
@@ -191,7 +171,9 @@ Result<std::unique_ptr<TcpListener>> TcpListener::open(const std::string& ip) {
 
 TcpListener::~TcpListener() { close(fd_); }
 
-Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
+namespace {
+
+Result<std::vector<std::unique_ptr<Connection>>> connectAll(
     int rank, const std::vector<TcpPeer>& peers, TcpListener& listener, const std::string& secret,
     uint64_t commHash, size_t slotBytes, size_t depth, int64_t deadlineNs,
     const std::atomic<bool>* abortFlag) {
@@ -216,7 +198,7 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
       sh.outgoing = true;
       sh.peer = &p;
       sh.from = addrText(p.addr);
-      sh.want = sizeof(Frame32);
+      sh.want = auth::kFrame32Bytes;
       shakes.push_back(std::move(sh));
       ++outgoing;
     } else {
@@ -281,48 +263,30 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
       drop(sh, "closed before completing the handshake");
       return true;
     }
-    if (sh.outgoing && sh.theirNonce.empty()) {  // the challenge: answer it with our hello
-      Frame32 ch;
-      std::memcpy(&ch, sh.in.data(), sizeof(ch));
-      if (ch.magic != kChallengeMagic) {
+    const auto* in = reinterpret_cast<const unsigned char*>(sh.in.data());
+    if (sh.outgoing && !sh.connector) {  // the challenge: answer it with our hello
+      if (!auth::Connector::isChallenge(kProtocol, in)) {
         *failure = refused(sh, "did not open with a Loom TCP transport challenge");
         return false;
       }
-      Result<auth::Nonce> nonce = auth::freshNonce();
-      if (!nonce.isOk()) {
-        *failure = nonce.status();
+      std::string wire;
+      auth::put32(wire, static_cast<uint32_t>(rank));
+      auth::put64(wire, commHash);
+      Result<auth::Connector> c = auth::Connector::answer(
+          kProtocol, secret, in, fields(rank, sh.peer->rank, commHash), wire);
+      if (!c.isOk()) {
+        *failure = c.status();
         closeAll();
         return false;
       }
-      Result<auth::Mac> mac =
-          auth::handshakeMac(secret, kContext, auth::Side::Connector, ch.bytes,
-                             nonce.value().data(), fields(rank, sh.peer->rank, commHash));
-      if (!mac.isOk()) {
-        *failure = mac.status();
-        closeAll();
-        return false;
-      }
-      sh.mine = nonce.value();
-      sh.theirNonce.assign(reinterpret_cast<const char*>(ch.bytes), auth::kNonceBytes);
-      Hello h{};
-      h.magic = kHelloMagic;
-      h.rank = static_cast<uint32_t>(rank);
-      h.commHash = commHash;
-      std::memcpy(h.nonce, sh.mine.data(), auth::kNonceBytes);
-      std::memcpy(h.mac, mac.value().data(), auth::kMacBytes);
-      sh.out = bytesOf(h);
+      sh.connector = c.take();
+      sh.out = sh.connector->hello();
       sh.in.clear();
-      sh.want = sizeof(Frame32);
+      sh.want = auth::kFrame32Bytes;
       return true;
     }
     if (sh.outgoing) {  // the answer: the acceptor's MAC
-      Frame32 a;
-      std::memcpy(&a, sh.in.data(), sizeof(a));
-      const auto* theirs = reinterpret_cast<const unsigned char*>(sh.theirNonce.data());
-      Result<auth::Mac> want =
-          auth::handshakeMac(secret, kContext, auth::Side::Acceptor, theirs, sh.mine.data(),
-                             fields(rank, sh.peer->rank, commHash));
-      if (a.magic != kAnswerMagic || !want.isOk() || !auth::sameMac(a.bytes, want.value().data())) {
+      if (!sh.connector->check(in)) {
         *failure = refused(sh,
                            "did not prove that it holds the communicator's secret (a "
                            "stranger listening at its address?)");
@@ -332,33 +296,23 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
       return true;
     }
     // Acceptor: the hello. Its MAC first; only then are its fields believed.
-    Hello h;
-    std::memcpy(&h, sh.in.data(), sizeof(h));
-    const int from = static_cast<int>(h.rank);
-    Result<auth::Mac> want =
-        auth::handshakeMac(secret, kContext, auth::Side::Connector, sh.mine.data(), h.nonce,
-                           fields(from, rank, h.commHash));
-    if (h.magic != kHelloMagic) {
+    const int from = static_cast<int>(auth::get32(in + auth::kHelloHeadBytes));
+    const uint64_t theirHash = auth::get64(in + auth::kHelloHeadBytes + 4);
+    if (auth::get32(in) != kProtocol.helloMagic) {
       drop(sh, "bad magic");
-    } else if (h.commHash != commHash || !want.isOk() ||
-               !auth::sameMac(h.mac, want.value().data())) {
+    } else if (theirHash != commHash || !sh.acceptor->check(in, fields(from, rank, commHash))) {
       drop(sh, "its MAC does not match (another communicator, a stranger, or a replayed hello)");
     } else if (expected.count(from) == 0 || joined[from]) {
       drop(sh, "unexpected rank " + std::to_string(from));
     } else {
-      Result<auth::Mac> mine =
-          auth::handshakeMac(secret, kContext, auth::Side::Acceptor, sh.mine.data(), h.nonce,
-                             fields(from, rank, commHash));
-      if (!mine.isOk()) {
-        drop(sh, mine.status().message());
+      Result<std::string> answer = sh.acceptor->answer();
+      if (!answer.isOk()) {
+        drop(sh, answer.status().message());
         return true;
       }
       joined[from] = true;
       sh.peer = expected[from];
-      Frame32 a{};
-      a.magic = kAnswerMagic;
-      std::memcpy(a.bytes, mine.value().data(), auth::kMacBytes);
-      sh.out = bytesOf(a);
+      sh.out = answer.take();
       sh.answered = true;
       return step(sh, failure);  // sends the answer at once (it fits any socket buffer)
     }
@@ -395,16 +349,13 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
         sh.fd = fd;
         sh.from = addrText(from);
         sh.since = nowNs();
-        sh.want = sizeof(Hello);
-        Result<auth::Nonce> nonce = auth::freshNonce();
-        if (!nonce.isOk()) {
-          drop(sh, nonce.status().message());
+        sh.want = kHelloBytes;
+        Result<auth::Acceptor> acceptor = auth::Acceptor::start(kProtocol, secret);
+        if (!acceptor.isOk()) {
+          drop(sh, acceptor.status().message());
         } else {
-          sh.mine = nonce.value();
-          Frame32 ch{};
-          ch.magic = kChallengeMagic;
-          std::memcpy(ch.bytes, sh.mine.data(), auth::kNonceBytes);
-          sh.out = bytesOf(ch);
+          sh.acceptor = acceptor.take();
+          sh.out = sh.acceptor->challenge();
           shakes.push_back(std::move(sh));
         }
       }
@@ -420,6 +371,23 @@ Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
   closeAll();
   LOOM_INFO(kTransport, "tcp: %zu peers connected", conns.size());
   return conns;
+}
+
+}  // namespace
+
+Result<Links> TcpTransport::connect(const SetupArgs& args) {
+  std::vector<TcpPeer> peers;
+  for (int r : args.peers) {
+    auto it = std::find_if(addresses_.begin(), addresses_.end(),
+                           [r](const TcpPeer& p) { return p.rank == r; });
+    if (it == addresses_.end())
+      return LOOM_ERROR(loomInternalError, "tcp: no address for rank " + std::to_string(r));
+    peers.push_back(*it);
+  }
+  Links links;
+  LOOM_ASSIGN(links.conns, connectAll(args.rank, peers, listener_, secret_, args.commHash,
+                                      args.slotBytes, args.depth, args.deadlineNs, args.abortFlag));
+  return links;
 }
 
 }  // namespace loom::transport

@@ -2,13 +2,10 @@
 // bootstrap so its address can be published, and an authenticated handshake.
 //
 // Rank i connects to every TCP peer j > i and accepts every j < i. Every
-// connection opens with util/auth.h's challenge-response (context
-// "loom/tcp/1"; integers in host order, both ends being Loom of one build):
-//   acceptor  -> connector  challenge {u32 "LMTN", nonce[32]}
-//   connector -> acceptor   hello {u32 "LMTC", u32 rank, u64 commHash, nonce[32], mac[32]}
-//   acceptor  -> connector  answer {u32 "LMTA", mac[32]}
-// The MACs cover both nonces and the fields (connecting rank, accepting rank,
-// communicator hash, as little-endian bytes). An accepted connection whose
+// connection opens with util/auth.h's handshake (the one the bootstrap speaks too), context
+// "loom/tcp/1", magics "LMTN" (challenge), "LMTC" (hello) and "LMTA" (answer); the hello's
+// wire fields are the connecting rank (u32) and the communicator hash (u64), and its MAC
+// covers the connecting rank, the accepting rank and the hash. An accepted connection whose
 // hello fails its MAC, names an unexpected rank, or is garbage or a half frame
 // is closed and logged, and set-up goes on; a connector whose peer does not
 // answer with the right MAC (a stranger at that address) fails with
@@ -47,9 +44,21 @@ struct TcpPeer {
   bool watchOnly = false;  // carries no data (tiny FIFOs): its closing is the news
 };
 
-Result<std::vector<std::unique_ptr<Connection>>> connectTcp(
-    int rank, const std::vector<TcpPeer>& peers, TcpListener& listener, const std::string& secret,
-    uint64_t commHash, size_t slotBytes, size_t depth, int64_t deadlineNs,
-    const std::atomic<bool>* abortFlag);
+// TCP among ranks: SetupArgs::peers are the ranks to connect with, each of which must be in
+// `addresses` (where it listens, and whether its link only watches). `listener` is this rank's,
+// opened before the bootstrap so that its address could be published; `secret` is the
+// communicator's, which the handshakes prove.
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(TcpListener& listener, std::string secret, std::vector<TcpPeer> addresses)
+      : listener_(listener), secret_(std::move(secret)), addresses_(std::move(addresses)) {}
+  Kind kind() const override { return Kind::Tcp; }
+  Result<Links> connect(const SetupArgs& args) override;
+
+ private:
+  TcpListener& listener_;
+  std::string secret_;
+  std::vector<TcpPeer> addresses_;
+};
 
 }  // namespace loom::transport
