@@ -39,6 +39,9 @@ CostModel defaultCostModel() {
   set(Link::Net, 5, 12);
   m.reduce_us_per_byte = 1.0 / 20e3;
   m.memory = {0.15, 1.0 / 20e3, 0};
+  // 2 vCPUs, 4 and 8 ranks, 8-byte all-reduces of every form: a wait where two ranks share a
+  // core added 2-3.5 us, where four do 7-10 us.
+  m.handover_us = 2.5;
   return m;
 }
 
@@ -83,7 +86,7 @@ double publishedAt(const RankRun& q, int word, uint32_t round) {
 // Takes memory step st of rank r on its clock; false when it must wait for a peer's publish.
 template <typename Enqueue>
 bool memoryStep(std::vector<RankRun>& runs, int r, const Step& st, double bytes,
-                const CostModel& model, Enqueue&& enqueue) {
+                const CostModel& model, double handover, Enqueue&& enqueue) {
   RankRun& run = runs[static_cast<size_t>(r)];
   const int n = static_cast<int>(runs.size());
   const LinkCost& mem = model.memory;
@@ -116,7 +119,7 @@ bool memoryStep(std::vector<RankRun>& runs, int r, const Step& st, double bytes,
     case StepOp::MemWait: {
       const double last = peersAt(st.word);
       if (last < 0) return false;
-      run.clock = std::max(run.clock, last + mem.alpha_us);
+      run.clock = std::max(run.clock, last + mem.alpha_us) + handover;
       break;
     }
     case StepOp::MemReduce:
@@ -127,7 +130,7 @@ bool memoryStep(std::vector<RankRun>& runs, int r, const Step& st, double bytes,
       if (!(st.flags & kNoWait)) {
         const double last = peersAt(static_cast<int>(MemWord::Reduced));
         if (last < 0) return false;
-        run.clock = std::max(run.clock, last + mem.alpha_us);
+        run.clock = std::max(run.clock, last + mem.alpha_us) + handover;
       }
       run.clock += bytes * mem.beta_us_per_byte;
       break;
@@ -141,6 +144,7 @@ bool memoryStep(std::vector<RankRun>& runs, int r, const Step& st, double bytes,
 double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const CostModel& model,
                  const LinkMap& links) {
   const int n = static_cast<int>(schedules.size());
+  const double handover = links.handoverUs(model);
   std::vector<RankRun> runs(static_cast<size_t>(n));
   size_t steps = 0;
   for (const Schedule& s : schedules)
@@ -202,7 +206,8 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
     pieceRange(st.count, run.pieces[c][i], p, &start, &len);
     const double bytes = static_cast<double>(len * elemSize);
     if (stepIsMemory(st.op)) {
-      if (!memoryStep(runs, r, st, bytes, model, enqueue)) continue;  // a publish queues it
+      if (!memoryStep(runs, r, st, bytes, model, handover, enqueue))
+        continue;  // a publish queues it
       ++run.pos;
       enqueue(r);
       continue;
@@ -218,7 +223,7 @@ double predictUs(const std::vector<Schedule>& schedules, size_t elemSize, const 
         continue;
       }
       run.clock = std::max(run.clock, it->second.front()) +
-                  model.link(links.between(st.recvPeer, r)).overhead_us;
+                  model.link(links.between(st.recvPeer, r)).overhead_us + handover;
       it->second.pop_front();
       enqueue(st.recvPeer);
     }
@@ -259,8 +264,39 @@ double rdRounds(double n) {
 }
 }  // namespace
 
-double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
-                    const CostModel& model, const LinkMap& links) {
+namespace {
+
+// The waits for a peer's data each rank makes, as the closed forms below count rounds.
+double waitsPerRank(Algo a, Coll coll, double n, double S, double hosts, double slot) {
+  const double logn = std::ceil(std::log2(n));
+  switch (a) {
+    case Algo::Ring:
+      return (coll == Coll::AllReduce ? 2 : 1) * (n - 1);
+    case Algo::Tree:
+      return std::max(1.0, std::ceil(S / 2 / slot)) * 2 * logn;
+    case Algo::Rhd: {
+      const double pow2 = std::exp2(std::floor(std::log2(n)));
+      return (pow2 < n ? 2 : 0) + (coll == Coll::AllReduce ? 2 : 1) * std::log2(pow2);
+    }
+    case Algo::Rd:
+      return rdRounds(n);
+    case Algo::Hier:
+    case Algo::HierRd: {
+      const double m = std::ceil(n / hosts);
+      const double inter = hosts <= 1 ? 0 : a == Algo::Hier ? 2 * (hosts - 1) : rdRounds(hosts);
+      return 2 * (m - 1) + inter;
+    }
+    case Algo::Chain:
+      return std::max(1.0, std::ceil(S / slot));
+    case Algo::Direct:
+      return 2;  // the peers' inputs, then (sliced) their reduced slices
+  }
+  return 0;
+}
+
+// The closed forms' time over the links, hand-overs of a shared core aside.
+double linkTimeUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
+                  const CostModel& model, const LinkMap& links) {
   const double n = nranks;
   if (nranks <= 1) return static_cast<double>(count * elemSize) * model.reduce_us_per_byte;
   const int hosts = links.hosts();
@@ -317,6 +353,19 @@ double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize
       return (n - 1) * (al + S / n * be) + (coll == Coll::AllReduce ? S * red : 0);
   }
   return std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+double closedFormUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,
+                    const CostModel& model, const LinkMap& links) {
+  const double t = linkTimeUs(a, coll, nranks, count, elemSize, model, links);
+  if (nranks <= 1) return t;
+  const bool blocks =
+      coll == Coll::AllGather || coll == Coll::ReduceScatter || coll == Coll::AllToAll;
+  const double S = static_cast<double>(count * elemSize) * (blocks ? nranks : 1);
+  return t + waitsPerRank(a, coll, nranks, S, links.hosts(), static_cast<double>(model.slotBytes)) *
+                 links.handoverUs(model);
 }
 
 double estimateUs(Algo a, Coll coll, int nranks, size_t count, size_t elemSize,

@@ -10,7 +10,8 @@
 // collective is predicted from the schedules themselves: predictUs() runs all
 // ranks' steps in the executor's order (channels in turn, pieces round-major,
 // a step's receive before its send; memory steps whole, a wait ending a memory
-// link's alpha after the last peer's publish) on a clock per rank, with the link type
+// link's alpha after the last peer's publish; where ranks outnumber cores, every wait for a
+// peer paying a hand-over of the core besides) on a clock per rank, with the link type
 // between each pair from a host layout, and returns when the last rank ends.
 // Messages between hosts also share their hosts' ports: each host sends and
 // receives one stream at the link's bandwidth, however many of its ranks
@@ -51,7 +52,11 @@ struct CostModel {
   // to a waiting peer seeing it), beta_us_per_byte the rate of a copy into or out of a window.
   LinkCost memory;
   double reduce_us_per_byte = 0;  // combining a received byte with a local one
-  size_t slotBytes = 262144;      // the executor's piece (LOOM_SLOT_BYTES)
+  // Where ranks outnumber cores (LinkMap::ranksPerCore > 1), what each wait for a peer's data
+  // costs besides, per rank sharing the core: the peer must be run before the data exists, so
+  // a schedule of many dependent steps pays for every hand-over of the core.
+  double handover_us = 0;
+  size_t slotBytes = 262144;  // the executor's piece (LOOM_SLOT_BYTES)
   const LinkCost& link(Link l) const { return links[static_cast<int>(l)]; }
 };
 
@@ -76,6 +81,12 @@ struct LinkMap {
   Link intra = Link::Shm;
   Link inter = Link::Tcp;
   std::vector<int> ringOrder;  // the ring algorithms' order (empty: rank order)
+  int ranksPerCore = 1;        // ranks sharing each core of the machine (Comm::ranksPerCore)
+  // What a wait for a peer costs besides the links: CostModel::handover_us times the ranks
+  // a core runs, where they are more than one.
+  double handoverUs(const CostModel& model) const {
+    return ranksPerCore > 1 ? model.handover_us * ranksPerCore : 0;
+  }
   Link between(int a, int b) const;
   int hosts() const;  // distinct hosts (1 when hostOf is empty)
 };

@@ -2,6 +2,8 @@
 // the rings Loom would choose for a rank layout, and the cost model's predicted time of
 // each algorithm over a sweep of sizes, with the one the tuner would pick: what Loom
 // would do on this machine, without running it.
+#include <sched.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -26,6 +28,7 @@ void usage() {
       "usage: loom-topo [--file F] [--dump OUT] [--hosts N] [--ranks-per-host R]\n"
       "                 [--max-channels C] [--no-paths] [--coll C] [--min-bytes B]\n"
       "                 [--max-bytes B] [--factor F] [--no-predict] [--graph]\n"
+      "                 [--ranks-per-core K]\n"
       "  --file F            NCCL topology XML or hwloc XML instead of detecting this host\n"
       "  --dump OUT          write the topology in NCCL's schema to OUT\n"
       "  --hosts N           plan rings over N copies of the machine (default 1)\n"
@@ -37,6 +40,8 @@ void usage() {
       "  --factor F          factor between sizes (default 4)\n"
       "  --graph             predict with the graph's links (NVLink, PCIe, network ports,\n"
       "                      their bandwidths) and ring order instead of shm and TCP\n"
+      "  --ranks-per-core K  ranks sharing each core, as the communicator counts them (default:\n"
+      "                      the ranks of one host over the cores this process may use)\n"
       "LOOM_ALGO narrows the tuner's choice as it does in the library; LOOM_SLOT_BYTES and\n"
       "LOOM_SHM_DISABLE change the model as they change the communicator.\n");
 }
@@ -99,12 +104,12 @@ bool parseCount(const char* text, long long* out) {
 }
 
 // The predicted time of every algorithm with a schedule for `coll` (all-reduce on one host
-// adds direct, the shared-memory path the tuner always takes there), per size, with the
-// tuner's pick: LOOM_ALGO narrows the candidates exactly as in src/api/group.cc, then the
-// cheapest prediction wins (the first candidate on a tie).
+// adds direct, the shared-memory path), per size, with the tuner's pick: LOOM_ALGO narrows
+// the candidates exactly as in src/api/group.cc, then the cheapest prediction wins (the first
+// candidate on a tie).
 int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts, int perHost,
-                     size_t minBytes, size_t maxBytes, size_t factor, const System* graph,
-                     const std::vector<RankPlace>& ranks) {
+                     int ranksPerCore, size_t minBytes, size_t maxBytes, size_t factor,
+                     const System* graph, const std::vector<RankPlace>& ranks) {
   loom::Result<algo::CostModel> m =
       algo::tunerCostModel(loom::env::tunerTable(), loom::env::slotBytes());
   if (!m.isOk()) {
@@ -126,6 +131,7 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
     links = g.value().links;
     model = g.value().model;
   }
+  links.ranksPerCore = ranksPerCore;
   auto sel = algo::parseSelection(loom::env::algo(), "LOOM_ALGO", algo::algoNames());
   if (!sel.isOk()) {
     std::fprintf(stderr, "loom-topo: %s\n", sel.status().message().c_str());
@@ -138,10 +144,11 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
   for (algo::Algo a : algo::tunerCandidates(coll, 0, direct, hostOf, sel.value()))
     if (std::find(algos.begin(), algos.end(), a) == algos.end()) algos.push_back(a);
   const int nranks = static_cast<int>(hostOf.size());
-  std::printf("\npredicted %s time (us), %d host(s) x %d rank(s), links %s/%s, slot %zu B%s%s\n",
-              algo::collName(coll), hosts, perHost, algo::linkName(links.intra),
-              algo::linkName(links.inter), model.slotBytes,
-              loom::env::algo().empty() ? "" : ", LOOM_ALGO=", loom::env::algo().c_str());
+  std::printf(
+      "\npredicted %s time (us), %d host(s) x %d rank(s), %d a core, links %s/%s, slot %zu B%s%s\n",
+      algo::collName(coll), hosts, perHost, ranksPerCore, algo::linkName(links.intra),
+      algo::linkName(links.inter), model.slotBytes,
+      loom::env::algo().empty() ? "" : ", LOOM_ALGO=", loom::env::algo().c_str());
   std::printf("%12s", "bytes");
   for (algo::Algo a : algos) std::printf(" %12s", algo::algoName(a));
   std::printf("  %s\n", "choice");
@@ -168,8 +175,6 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
       if (std::find(cands.begin(), cands.end(), a) == cands.end()) continue;
       if (a == cands[0] || us < bestUs) best = a, bestUs = us;
     }
-    // The tuner takes the direct all-reduce wherever it exists, without pricing it.
-    if (cands[0] == algo::Algo::Direct) best = algo::Algo::Direct;
     std::printf("  %s\n", algo::algoName(best));
     if (bytes > maxBytes / factor) break;
   }
@@ -180,7 +185,7 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
 
 int main(int argc, char** argv) {
   std::string file, dump;
-  int hosts = 1, ranksPerHost = 0, maxChannels = 16;
+  int hosts = 1, ranksPerHost = 0, maxChannels = 16, ranksPerCore = 0;
   bool paths = true, predict = true, graphLinks = false;
   std::string coll = "allreduce";
   long long minBytes = 8, maxBytes = 268435456, factor = 4;
@@ -209,6 +214,8 @@ int main(int argc, char** argv) {
       graphLinks = true;
     else if (a == "--no-predict")
       predict = false;
+    else if (a == "--ranks-per-core")
+      ranksPerCore = std::atoi(next());
     else if (a == "--coll")
       coll = next();
     else if (a == "--min-bytes" || a == "--max-bytes" || a == "--factor") {
@@ -309,7 +316,13 @@ int main(int argc, char** argv) {
   if (!predict) return 0;
   std::vector<int> hostOf;
   for (const RankPlace& r : ranks.value()) hostOf.push_back(r.host);
-  return printPredictions(collective, hostOf, hosts, ranksPerHost, static_cast<size_t>(minBytes),
-                          static_cast<size_t>(maxBytes), static_cast<size_t>(factor),
-                          graphLinks ? &s : nullptr, ranks.value());
+  if (ranksPerCore <= 0) {  // as Comm counts them: the ranks over the cores they may use
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    const int cores = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
+    ranksPerCore = std::max(1, (ranksPerHost + cores - 1) / std::max(cores, 1));
+  }
+  return printPredictions(collective, hostOf, hosts, ranksPerHost, ranksPerCore,
+                          static_cast<size_t>(minBytes), static_cast<size_t>(maxBytes),
+                          static_cast<size_t>(factor), graphLinks ? &s : nullptr, ranks.value());
 }

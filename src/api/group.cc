@@ -104,19 +104,25 @@ const algo::CostModel& tunerModel() {
   return model;
 }
 
-algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t elemSize,
+// Every candidate priced by the cost model, the direct schedule among them. Choices are kept
+// per communicator by (collective, power-of-two size, element size), so a call of a shape seen
+// before takes no lock and allocates nothing here; and across communicators of one layout.
+algo::Algo chooseAlgo(Comm& comm, algo::Coll coll, size_t count, size_t elemSize,
                       const std::vector<int>& hostOf) {
   using algo::Algo;
   const int ci = static_cast<int>(coll);
-  const std::vector<Algo> cands =
-      algo::tunerCandidates(coll, count * elemSize, comm.hasDirect(), hostOf, algoSelection());
-  if (cands.size() == 1) return cands[0];
-  if (cands[0] == Algo::Direct) return Algo::Direct;  // the fastest on one host
   const size_t bytes = count * elemSize;
   int bucket = 0;
   while (bucket < 63 && (size_t{1} << bucket) < bytes) ++bucket;
+  const uint64_t mineKey = (static_cast<uint64_t>(ci) << 56) |
+                           (static_cast<uint64_t>(bucket) << 48) | (elemSize & 0xffffffffffff);
+  auto& mine = comm.choices();
+  if (auto it = mine.find(mineKey); it != mine.end()) return it->second;
+  const std::vector<Algo> cands =
+      algo::tunerCandidates(coll, bytes, comm.hasDirect(), hostOf, algoSelection());
+  if (cands.size() == 1) return mine.emplace(mineKey, cands[0]).first->second;
   using Key = std::tuple<int, int, size_t, std::vector<Algo>, int, std::vector<int>,
-                         std::vector<int>, std::string>;
+                         std::vector<int>, std::string, int>;
   const Key key{ci,
                 bucket,
                 elemSize,
@@ -124,13 +130,14 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
                 (env::shmDisable() ? 1 : 0) | (comm.netLink() == algo::Link::Net ? 2 : 0),
                 hostOf,
                 comm.ringOrder(),
-                comm.costTable()};
+                comm.costTable(),
+                comm.ranksPerCore()};
   static std::mutex m;
   static std::map<Key, Algo> cache;
   {
     std::lock_guard<std::mutex> lock(m);
     auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    if (it != cache.end()) return mine.emplace(mineKey, it->second).first->second;
   }
   algo::CostModel model = tunerModel();
   algo::LinkMap links;
@@ -138,6 +145,7 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   links.ringOrder = comm.ringOrder();
   links.intra = env::shmDisable() ? comm.netLink() : algo::Link::Shm;
   links.inter = comm.netLink();
+  links.ranksPerCore = comm.ranksPerCore();
   if (comm.netLink() == algo::Link::Net && comm.netGbps() > 0)  // priced from the port's rate
     model.links[static_cast<int>(algo::Link::Net)].beta_us_per_byte =
         1.0 / (comm.netGbps() / 8 * 1e3);
@@ -157,7 +165,7 @@ algo::Algo chooseAlgo(const Comm& comm, algo::Coll coll, size_t count, size_t el
   }
   std::lock_guard<std::mutex> lock(m);
   cache.emplace(key, best);
-  return best;
+  return mine.emplace(mineKey, best).first->second;
 }
 
 // Numbers the operation and starts its record: the one made when a non-blocking communicator
@@ -259,17 +267,13 @@ Status runCollective(Comm& comm, const Call& c) {
   int64_t doneNs = 0;      // the path's own reading of the end time, if it took one
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text
   const std::vector<int>& hostOf = comm.hostLayout();
-  // Direct all-reduce is the fastest on one host: taken without pricing when allowed.
-  const bool direct = c.coll == algo::Coll::AllReduce && comm.hasDirect() &&
-                      algoSelection().allows(c.coll, static_cast<int>(algo::Algo::Direct));
   // A call of the last call's shape reuses its choice and schedule.
   const bool inPlace = isInPlace(comm, c, op.elemSize);
   Comm::LastPlan& plan = comm.lastPlan();
   const bool same = plan.valid && plan.coll == c.coll && plan.count == c.count &&
                     plan.elemSize == op.elemSize && plan.root == c.root && plan.inPlace == inPlace;
-  const algo::Algo chosen = direct ? algo::Algo::Direct
-                            : same ? plan.algo
-                                   : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
+  const algo::Algo chosen =
+      same ? plan.algo : chooseAlgo(comm, c.coll, c.count, op.elemSize, hostOf);
   const bool directAllReduce = c.coll == algo::Coll::AllReduce && chosen == algo::Algo::Direct;
   bool rebuild = !same || plan.algo != chosen;
   // The direct schedule also depends on the op's pre-scale and, in the slices form, on

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "algorithms/cost.h"
@@ -124,6 +125,7 @@ class Comm {
     algo::CostModel probe = algo::defaultCostModel();
     LOOM_CHECK(algo::applyCostTable(text, "the start-up calibration", &probe));
     costTable_ = text;
+    choices_.clear();  // priced with the table from now on
     return Status::ok();
   }
   const std::string& costTable() const { return costTable_; }
@@ -188,6 +190,9 @@ class Comm {
   uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
   uint64_t lastSeq() const { return seq_.load(std::memory_order_relaxed); }
   std::mutex& opMutex() { return opMutex_; }
+  // The tuner's choices for this communicator, by collective, size class and element size
+  // (src/api/group.cc); used under opMutex().
+  std::unordered_map<uint64_t, algo::Algo>& choices() { return choices_; }
 
   bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
   const std::atomic<bool>* abortFlag() const { return &aborted_; }
@@ -283,6 +288,7 @@ class Comm {
   uint64_t yieldCount_ = 16;
   int ranksPerCore_ = 1;
   std::mutex opMutex_;
+  std::unordered_map<uint64_t, algo::Algo> choices_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;
   Status asyncError_;

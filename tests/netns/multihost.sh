@@ -67,8 +67,9 @@ NRANKS=8
 
 # The library's tuner (rank 0's TUNE log) predicts what loom-topo prints for 4 x 2.
 if run tuner "" "LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE LOOM_DEBUG_FILE=$LOGS/tuner/tune.log"; then
+  # Every namespace shares this machine's cores, which the communicator counts (ranks per core).
   table=$("$TOPO" --no-paths --hosts $HOSTS --ranks-per-host 2 --min-bytes 8 --max-bytes 1048576 \
-          --factor 8 2>/dev/null | awk '/^predicted /{on=1; next} on && NF')
+          --factor 8 --ranks-per-core $(((NRANKS + $(nproc) - 1) / $(nproc))) 2>/dev/null | awk '/^predicted /{on=1; next} on && NF')
   # Internal all-reduces (loomBarrier's byte, loom-perf's 8-byte sums) log predictions for
   # other element sizes, so each (size, algorithm) of loom-topo's table must match one of
   # the library's predictions for that size, and every one must be found.

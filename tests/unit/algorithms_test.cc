@@ -95,6 +95,36 @@ TEST(CostModelTest, TreeBeatsRingForSmallMessagesAcrossSlowLinks) {
             estimateUs(Algo::Ring, Coll::AllReduce, 128, 2, 4, model, big));
 }
 
+// Where ranks outnumber cores every wait for a peer pays a hand-over of the core: a
+// simulated schedule pays it once per receive or memory wait, the closed form once per
+// counted round; with one rank a core nothing changes. On one host of 8 ranks 4 a core the
+// direct all-reduce (one or two waits) is then the cheapest at every size, as measured there.
+TEST(CostModelTest, RanksSharingCoresPayAHandOverPerWait) {
+  const CostModel model = defaultCostModel();
+  LinkMap one;
+  LinkMap four = one;
+  four.ranksPerCore = 4;
+  EXPECT_EQ(one.handoverUs(model), 0);
+  EXPECT_DOUBLE_EQ(four.handoverUs(model), 4 * model.handover_us);
+  // Recursive doubling of 8 ranks: 3 rounds, each a wait, in both forms.
+  for (auto estimate : {estimateUs, closedFormUs}) {
+    const double slow = estimate(Algo::Rd, Coll::AllReduce, 8, 2, 4, model, four);
+    const double fast = estimate(Algo::Rd, Coll::AllReduce, 8, 2, 4, model, one);
+    EXPECT_NEAR(slow - fast, 3 * four.handoverUs(model), 1e-6);
+  }
+  // 2 ranks of recursive doubling: one wait.
+  EXPECT_NEAR(estimateUs(Algo::Rd, Coll::AllReduce, 2, 2, 4, model, four) -
+                  estimateUs(Algo::Rd, Coll::AllReduce, 2, 2, 4, model, one),
+              four.handoverUs(model), 1e-6);
+  for (size_t bytes = 8; bytes <= (size_t{8} << 20); bytes *= 4) {
+    const size_t count = bytes / 4;
+    const double direct = estimateUs(Algo::Direct, Coll::AllReduce, 8, count, 4, model, four);
+    for (Algo a : {Algo::Ring, Algo::Tree, Algo::Rhd, Algo::Rd})
+      EXPECT_LT(direct, estimateUs(a, Coll::AllReduce, 8, count, 4, model, four))
+          << algoName(a) << " at " << bytes << " B";
+  }
+}
+
 // Small messages: recursive doubling needs the fewest rounds (one for 2 ranks, against two for
 // ring and rhd); large ones: it moves the whole buffer every round and loses to the ring.
 TEST(CostModelTest, RecursiveDoublingForSmallMessagesOnly) {

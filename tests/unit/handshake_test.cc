@@ -91,8 +91,7 @@ TEST(Handshake, TheConnectorRefusesWhatDoesNotProveTheSecret) {
   ASSERT_TRUE(acc.isOk());
   const std::string challenge = acc.value().challenge();
   EXPECT_FALSE(Connector::isChallenge(kB, u8(std::string(kFrame32Bytes, 'z'))));
-  EXPECT_FALSE(Connector::answer(kA, kSecret, u8(std::string(kFrame32Bytes, 'z')), "f", "")
-                   .isOk());
+  EXPECT_FALSE(Connector::answer(kA, kSecret, u8(std::string(kFrame32Bytes, 'z')), "f", "").isOk());
   Result<Connector> con = Connector::answer(kA, kSecret, u8(challenge), "f", "");
   ASSERT_TRUE(con.isOk());
   // An acceptor with another secret answers with its own MAC: refused.
