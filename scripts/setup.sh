@@ -8,7 +8,7 @@ pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev ipr
       libhwloc-dev libxml2-dev libssl-dev nlohmann-json3-dev chromium
       python3-pip python3-setuptools python3-wheel python3-numpy python3-venv
       clang libclang-rt-14-dev clang-format-14
-      libibverbs-dev ibverbs-providers qemu-system-x86 busybox-static cpio)
+      libibverbs-dev ibverbs-providers qemu-system-x86 busybox-static cpio valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
