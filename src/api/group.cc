@@ -7,6 +7,7 @@
 // communicators (loomCommInitAll's ranks) run on one thread each, so one
 // thread can drive every rank of the process.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -30,6 +31,16 @@ struct GroupState {
   std::vector<Call> calls;
 };
 thread_local GroupState tGroup;
+// Threads whose group is open: while none is, a call need not look at its thread's group (a
+// thread-local's address costs a call into the dynamic linker from a shared library).
+std::atomic<int> gThreadsInGroups{0};
+
+void openGroupLevel(GroupState& g) {
+  if (g.depth++ == 0) gThreadsInGroups.fetch_add(1, std::memory_order_relaxed);
+}
+void closeGroupLevel(GroupState& g) {
+  if (--g.depth == 0) gThreadsInGroups.fetch_sub(1, std::memory_order_relaxed);
+}
 
 bool isInPlace(const Comm& comm, const Call& c, size_t esize) {
   const char* s = static_cast<const char*>(c.sendbuff);
@@ -379,7 +390,7 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
   return r;
 }
 
-bool inGroup() { return tGroup.depth > 0; }
+bool inGroup() { return gThreadsInGroups.load(std::memory_order_relaxed) != 0 && tGroup.depth > 0; }
 
 Status runOnComm(Comm& comm, const std::vector<Call>& calls) {
   std::lock_guard<std::mutex> lock(comm.opMutex());
@@ -480,7 +491,8 @@ namespace {
 // Closes one level of this thread's group; the outermost runs the calls queued in it.
 Status endGroupLevel() {
   auto& g = tGroup;
-  if (--g.depth > 0) return Status::ok();
+  closeGroupLevel(g);
+  if (g.depth > 0) return Status::ok();
   std::vector<Call> calls;
   calls.swap(g.calls);
   if (calls.empty()) return Status::ok();
@@ -492,11 +504,11 @@ Status endGroupLevel() {
 Status runAsGroup(const std::function<Status()>& issue) {
   auto& g = tGroup;
   const size_t mark = g.calls.size();
-  ++g.depth;
+  openGroupLevel(g);
   Status s = issue();
   if (!s.isOk()) {
     g.calls.resize(mark);
-    --g.depth;
+    closeGroupLevel(g);
     return s;
   }
   return endGroupLevel();
@@ -509,7 +521,7 @@ using loom::api::guard;
 
 extern "C" loomResult_t loomGroupStart(void) {
   return guard("loomGroupStart", [] {
-    ++loom::api::tGroup.depth;
+    loom::api::openGroupLevel(loom::api::tGroup);
     return Status::ok();
   });
 }

@@ -967,7 +967,8 @@ TEST_P(ReduceManyTest, MatchesChainedReduce) {
   const TypeInfo& t = GetParam();
   std::mt19937_64 rng(0x3a11 + t.dtype);
   constexpr size_t kMaxSources = 9;
-  const size_t lengths[] = {0, 1, 7, 1023, 4099, 9001};
+  // 2 to 17 elements: the public entry's few-element sums (kFewElements) and past them.
+  const size_t lengths[] = {0, 1, 2, 7, kFewElements, kFewElements + 1, 1023, 4099, 9001};
   const uint32_t flag_sets[] = {0, kPost, kPre | kPost};  // kPre is ignored
   for (size_t n : lengths) {
     // One more buffer than sources: sources start at 1 unless dst aliases srcs[0].
@@ -1007,6 +1008,19 @@ TEST_P(ReduceManyTest, MatchesChainedReduce) {
                               << ": differs from the chain of reduce() calls";
                 return;
               }
+            }
+            // The public entry point, which adds few-element float and double sums itself.
+            std::vector<std::vector<unsigned char>> got(bufs.begin(), used);
+            std::vector<const void*> srcs;
+            for (size_t q = 0; q < nsrc; ++q) srcs.push_back(got[q + 1].data());
+            loom::kernels::reduceMany(r, alias ? got[1].data() : got[0].data(), srcs.data(), nsrc,
+                                      n, flags);
+            if (got != ref) {
+              ADD_FAILURE() << "reduceMany() " << t.name << " " << kOpNames[static_cast<int>(op)]
+                            << " flags=" << flags << " nsrc=" << nsrc << " n=" << n
+                            << (alias ? " dst==srcs[0]" : "")
+                            << ": differs from the chain of reduce() calls";
+              return;
             }
           }
         }

@@ -215,9 +215,35 @@ void reduce(const Reducer& r, void* dst, const void* in, const void* local, size
   Active().reduce(r, dst, in, local, n, flags);
 }
 
+namespace {
+
+// dst[i] = srcs[0][i] + srcs[1][i] + ..., one add at a time in T: what the vector kernels
+// compute for a plain sum, element by element.
+template <typename T>
+void sumFew(void* dst, const void* const* srcs, size_t nsrc, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    T acc, in;
+    std::memcpy(&acc, static_cast<const char*>(srcs[0]) + i * sizeof(T), sizeof(T));
+    for (size_t k = 1; k < nsrc; ++k) {
+      std::memcpy(&in, static_cast<const char*>(srcs[k]) + i * sizeof(T), sizeof(T));
+      acc += in;
+    }
+    std::memcpy(static_cast<char*>(dst) + i * sizeof(T), &acc, sizeof(T));
+  }
+}
+
+}  // namespace
+
 void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
                 uint32_t flags) {
   if (n == 0 || nsrc == 0) return;
+  // A float or double sum of a few elements: the dispatch to a vector kernel would cost more
+  // than the adds (a small all-reduce's whole reduction is a handful of them).
+  if (n <= kFewElements && nsrc >= 2 && r.op == BaseOp::Sum && !r.hasScale &&
+      (r.postDivide <= 1 || !(flags & kPost))) {
+    if (r.dtype == loomFloat32) return sumFew<float>(dst, srcs, nsrc, n);
+    if (r.dtype == loomFloat64) return sumFew<double>(dst, srcs, nsrc, n);
+  }
   Active().reduceMany(r, dst, srcs, nsrc, n, flags);
 }
 

@@ -31,6 +31,9 @@ enum class BaseOp : uint8_t { Sum, Prod, Max, Min };
 // are in the caches already, such as an in-place output just read).
 enum ReduceFlags : uint32_t { kPre = 1, kPost = 2, kCopyCached = 4 };
 
+// Up to this many elements, reduceMany adds float and double sums itself (no vector kernel).
+constexpr size_t kFewElements = 8;
+
 struct Reducer {
   loomDataType_t dtype = loomFloat32;
   BaseOp op = BaseOp::Sum;
