@@ -204,6 +204,13 @@ loomResult_t loomCommDestroy(loomComm_t comm);
 /// Peers waiting on this rank see loomRemoteError.
 loomResult_t loomCommAbort(loomComm_t comm);
 
+/// Names the next operation issued on comm with the caller's own number for it (a framework's
+/// sequence number: the torch backend passes its process group's): the operation's flight-
+/// recorder entry and trace dump carry `tag`, and loom-trace shows it beside Loom's own number.
+/// The next collective, send or receive issued on comm takes the tag (in a group, the group's
+/// operation does); 0 clears it. Set it from the thread that issues the operation.
+loomResult_t loomCommSetOpTag(loomComm_t comm, uint64_t tag);
+
 /// May be called from any thread, also while loomCommAbort runs on another one (then, once the
 /// abort has freed comm, it returns loomInvalidArgument).
 /// @param asyncError receives the communicator's stored error (loomSuccess if none), or

@@ -254,6 +254,9 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type,
   if (comm_ == nullptr) fail("the process group was shut down or aborted");
   auto w = c10::make_intrusive<LoomWork>(this, type, std::move(outputs), std::move(epilogue),
                                          std::move(keep));
+  // The first Loom operation of this one carries the group's sequence number into Loom's
+  // flight recorder, so that loom-trace names operations as torch numbers them.
+  if (!coalescing_) check(loomCommSetOpTag(comm_, seq_ + 1), "loomCommSetOpTag");
   issue();
   if (coalescing_) {
     coalesced_.push_back(w);
@@ -268,6 +271,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type,
 void LoomBackend::startCoalescing() {
   if (coalescing_) fail("startCoalescing: already coalescing");
   check(loomGroupStart(), "loomGroupStart");
+  check(loomCommSetOpTag(comm_, seq_ + 1), "loomCommSetOpTag");  // the block's number
   coalescing_ = true;
 }
 

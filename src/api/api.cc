@@ -610,6 +610,14 @@ loomResult_t loomCommWaitTicket(loomComm_t comm, uint64_t ticket, int timeoutMs)
                [&] { return loom::api::waitTicket(comm, ticket, timeoutMs); });
 }
 
+loomResult_t loomCommSetOpTag(loomComm_t comm, uint64_t tag) {
+  return guard("loomCommSetOpTag", [&]() -> Status {
+    LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    c->setNextTag(tag);
+    return Status::ok();
+  });
+}
+
 loomResult_t loomCommCount(const loomComm_t comm, int* count) {
   return guard("loomCommCount", [&]() -> Status {
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));

@@ -76,6 +76,7 @@ struct Call {
   // send/receive calls, the group's first one carries them.
   uint64_t seq = 0;
   trace::OpRecord* queued = nullptr;
+  uint64_t tag = 0;  // loomCommSetOpTag's, taken when the call was issued (0: none)
 };
 
 // The reduction of a call (built-in op or the communicator's PreMulSum).

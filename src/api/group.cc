@@ -189,11 +189,13 @@ void startOp(Comm& comm, const Call& from, exec::OpArgs& op, size_t count, loomD
   if (from.seq != 0) {
     op.seq = from.seq;
     op.record = rec.start(from.queued, op.seq, op.name, count, dtype, redOp, root);
+    if (from.tag != 0 && op.record != nullptr) op.record->tag = from.tag;
     op.deadlineNs = nowNs() + timeoutNs;
     return;
   }
   op.seq = comm.nextSeq();
   op.record = rec.begin(op.seq, op.name, count, dtype, redOp, root);
+  if (from.tag != 0 && op.record != nullptr) op.record->tag = from.tag;
   op.deadlineNs = (op.record != nullptr ? op.record->enterNs.get() : nowNs()) + timeoutNs;
 }
 
@@ -422,11 +424,13 @@ Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
   if (firstP2P != nullptr) {
     firstP2P->seq = comm->nextSeq();
     firstP2P->queued = rec.enqueue(firstP2P->seq, "sendrecv", p2pCount, loomUint8, 0, -1);
+    if (firstP2P->queued != nullptr) firstP2P->queued->tag = firstP2P->tag;
   }
   for (Call& c : calls) {
     if (c.kind != Call::Collective) continue;
     c.seq = comm->nextSeq();
     c.queued = rec.enqueue(c.seq, algo::collName(c.coll), c.count, c.dtype, c.op, c.root);
+    if (c.queued != nullptr) c.queued->tag = c.tag;
   }
   h->worker->post([comm, calls = std::move(calls)] { return runCalls(*comm, calls); });
   return inProgress();
@@ -435,14 +439,21 @@ Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
 }  // namespace
 
 Status submit(const Call& call, Comm* comm) {
+  const uint64_t tag = comm->takeNextTag();
   if (inGroup()) {
     tGroup.calls.push_back(call);
+    tGroup.calls.back().tag = tag;
     return Status::ok();
   }
-  if (call.comm->worker) return post(call.comm, comm, {call});
+  if (call.comm->worker) {
+    std::vector<Call> calls{call};
+    calls[0].tag = tag;
+    return post(call.comm, comm, std::move(calls));
+  }
   // A one-call list kept per thread: a call outside a group allocates nothing.
   thread_local std::vector<Call> one(1);
   one[0] = call;
+  one[0].tag = tag;
   return runCalls(*comm, one);
 }
 

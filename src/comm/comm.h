@@ -193,6 +193,13 @@ class Comm {
   // The tuner's choices for this communicator, by collective, size class and element size
   // (src/api/group.cc); used under opMutex().
   std::unordered_map<uint64_t, algo::Algo>& choices() { return choices_; }
+  // loomCommSetOpTag: the tag the next operation issued takes (and clears).
+  void setNextTag(uint64_t tag) { nextTag_.store(tag, std::memory_order_relaxed); }
+  uint64_t takeNextTag() {
+    return nextTag_.load(std::memory_order_relaxed) == 0
+               ? 0
+               : nextTag_.exchange(0, std::memory_order_relaxed);
+  }
 
   bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
   const std::atomic<bool>* abortFlag() const { return &aborted_; }
@@ -289,6 +296,7 @@ class Comm {
   int ranksPerCore_ = 1;
   std::mutex opMutex_;
   std::unordered_map<uint64_t, algo::Algo> choices_;
+  std::atomic<uint64_t> nextTag_{0};
   std::atomic<bool> aborted_{false};
   mutable std::mutex errorMutex_;
   Status asyncError_;

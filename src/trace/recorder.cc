@@ -117,6 +117,7 @@ OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int
   r.seq = 0;
   std::atomic_thread_fence(std::memory_order_release);
   r.coll = coll;
+  r.tag = 0;
   r.algorithm = "";
   r.proto = "";
   r.count = count;
@@ -230,9 +231,10 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
     const OpRecord r = live;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (seq == 0 || live.seq != seq) continue;
-    o << (any ? "," : "") << "{\"seq\":" << r.seq << ",\"coll\":\"" << r.coll
-      << "\",\"algorithm\":\"" << r.algorithm << "\",\"proto\":\"" << r.proto
-      << "\",\"count\":" << r.count << ",\"dtype\":" << r.dtype << ",\"op\":" << r.op
+    o << (any ? "," : "") << "{\"seq\":" << r.seq;
+    if (r.tag != 0) o << ",\"tag\":" << r.tag;
+    o << ",\"coll\":\"" << r.coll << "\",\"algorithm\":\"" << r.algorithm << "\",\"proto\":\""
+      << r.proto << "\",\"count\":" << r.count << ",\"dtype\":" << r.dtype << ",\"op\":" << r.op
       << ",\"root\":" << r.root << ",\"channels\":" << r.channels << ",\"state\":\""
       << stateName(r.state) << "\",\"enterNs\":" << r.enterNs << ",\"endNs\":" << r.endNs
       << ",\"waitNs\":" << r.waitNs << ",\"waitPeer\":" << r.waitPeer

@@ -52,6 +52,7 @@ class Relaxed {
 
 struct OpRecord {
   Relaxed<uint64_t> seq = 0;  // 0 while the record is being reset
+  Relaxed<uint64_t> tag = 0;  // the caller's own number for the operation (loomCommSetOpTag)
   Relaxed<const char*> coll = "";
   Relaxed<const char*> algorithm = "";
   Relaxed<const char*> proto = "";

@@ -432,6 +432,60 @@ TEST(Straggler, DirectCountsTheCoresOfEveryRanksMask) {
   directProtoIs("", "symmetric", 13, 2, bindTo(false));
 }
 
+// loomCommSetOpTag: the next operation issued records the caller's number for it (a group's
+// operation the tag set before the group), later ones none, and 0 clears a tag not yet taken.
+// Read back from each rank's dump: {"seq":N,"tag":T,...} or no tag.
+TEST(Trace, TagsNameTheOperationsTheirCallerNumbered) {
+  TempDir tmp;
+  const std::string& dir = tmp.path;
+  LaunchOptions opts;
+  opts.nranks = 2;
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    if (loomCommSetOpTag(nullptr, 1) != loomInvalidArgument ||
+        strstr(loomGetLastError(nullptr), "comm") == nullptr)
+      return 1;
+    float x = 1, y = 0;
+    const int peer = 1 - ctx.rank;
+    auto allReduce = [&] {
+      return loomAllReduce(&x, &y, 1, loomFloat32, loomSum, ctx.comm, nullptr) == loomSuccess &&
+             y == 2;
+    };
+    if (loomCommSetOpTag(ctx.comm, 101) != loomSuccess || !allReduce()) return 2;
+    if (!allReduce()) return 3;
+    float got = 0;
+    if (loomCommSetOpTag(ctx.comm, 7) != loomSuccess || loomGroupStart() != loomSuccess ||
+        loomSend(&x, 1, loomFloat32, peer, ctx.comm, nullptr) != loomSuccess ||
+        loomRecv(&got, 1, loomFloat32, peer, ctx.comm, nullptr) != loomSuccess ||
+        loomGroupEnd() != loomSuccess || got != 1)
+      return 4;
+    if (loomCommSetOpTag(ctx.comm, 9) != loomSuccess ||
+        loomCommSetOpTag(ctx.comm, 0) != loomSuccess || !allReduce())
+      return 5;
+    const std::string path = dir + "/tags-rank" + std::to_string(ctx.rank) + ".json";
+    if (loomCommDumpTrace(ctx.comm, path.c_str()) != loomSuccess) return 6;
+    const std::string json = readFile(path);
+    // The last four operations' tags, in order ("-" for none).
+    std::vector<std::string> tags;
+    for (size_t p = json.find("{\"seq\":"); p != std::string::npos;
+         p = json.find("{\"seq\":", p + 1)) {
+      const size_t after = json.find_first_not_of("0123456789", p + 7);
+      tags.push_back(json.compare(after, 7, ",\"tag\":") == 0
+                         ? json.substr(after + 7, json.find(',', after + 7) - (after + 7))
+                         : "-");
+    }
+    const std::vector<std::string> want = {"101", "-", "7", "-"};
+    if (tags.size() < want.size() ||
+        !std::equal(want.begin(), want.end(), tags.end() - static_cast<long>(want.size()))) {
+      fprintf(stderr, "rank %d: tags in the dump:", ctx.rank);
+      for (const std::string& t : tags) fprintf(stderr, " %s", t.c_str());
+      fprintf(stderr, "\n%s\n", json.c_str());
+      return 7;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 // SIGUSR1 makes a rank dump its recorder into LOOM_TRACE_DIR at its next wait.
 // (state, channels) of every operation in a dump, in order.
 std::vector<std::pair<std::string, int>> statesOf(const std::string& json) {

@@ -16,7 +16,7 @@ real processes (one per rank, file:// rendezvous in a temporary folder, every wa
   precision), within TOL on 4 (ring against whatever loom picks: the order of the sums
   differs).
 - Straggler (loom, 3 ranks): loom-trace over LOOM_TRACE_DIR names the rank that sleeps in
-  its data loader.
+  its data loader, and lists the operations it was last in by torch's sequence numbers.
 - Kill (3 ranks): a rank SIGKILLs itself mid-training; every other rank's wait() raises
   within the group's 10 s timeout, nothing hangs (gloo: the harness itself). loom, over
   shared memory and over TCP: the error names the dead rank, the survivors exit 0, their
@@ -195,6 +195,12 @@ class Straggler(unittest.TestCase):
         self.assertEqual(rank, self.SLOW, report)
         # The sleeps add up to STEPS x SLEEP_MS, each waited for by two ranks.
         self.assertGreater(waited, 0.5 * self.STEPS * self.SLEEP_MS * 1000, report)
+        # Its operations are listed with torch's numbers for them: the backend tags each Loom
+        # operation with the group's sequence number (1, 2, ... per collective).
+        tagged = [int(t) for t in re.findall(
+            r"rank %d was last in: seq \d+ \(tag (\d+)\)" % self.SLOW, report)]
+        self.assertTrue(tagged, report)
+        self.assertTrue(all(1 <= t <= 10 * self.STEPS for t in tagged), report)
 
 
 class Kill(unittest.TestCase):

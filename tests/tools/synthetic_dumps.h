@@ -18,6 +18,7 @@ namespace loomtest {
 
 struct SynthOp {
   uint64_t seq = 0;
+  uint64_t tag = 0;  // written as "tag" when not 0
   std::string coll = "allreduce";
   uint64_t count = 1024;
   int dtype = 7;  // fp32
@@ -69,6 +70,7 @@ inline nlohmann::json toJson(const SynthRank& r) {
                         {"lastRank", -1},
                         {"lateNs", 0}};
     if (!o.error.empty()) j["error"] = o.error;
+    if (o.tag != 0) j["tag"] = o.tag;
     if (!o.firstArrivals.empty()) {
       nlohmann::json f = nlohmann::json::array();
       for (const auto& [peer, t] : o.firstArrivals) f.push_back({peer, t});

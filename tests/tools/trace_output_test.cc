@@ -64,6 +64,9 @@ TEST(TraceInput, MalformedDumpsNameTheFileAndTheField) {
   expectInputError(R"({"rank":0,"nranks":1,"ops":[{"seq":1,"state":"s","enterNs":1}]})",
                    "ops[0]: \"coll\" is missing");
   expectInputError(
+      R"({"rank":0,"nranks":1,"ops":[{"seq":1,"tag":-2,"coll":"a","state":"s","enterNs":1}]})",
+      "ops[0]: \"tag\"");
+  expectInputError(
       R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,"arrivals":[1]}]})",
       "\"arrivals\" has 1 entries for 2 ranks");
   expectInputError(R"({"rank":0,"nranks":1,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1},)"
@@ -140,6 +143,18 @@ TEST(TraceInput, FolderAndFileErrors) {
 
 CommReport reportOf(const CommTrace& c) { return {&c, analyze(c)}; }
 
+// The text report of these ranks' dumps, written to a folder and read back (*res: what was
+// read, for a further look).
+std::string textOf(const std::vector<SynthRank>& ranks, LoadResult* res = nullptr) {
+  TempDir dir;
+  for (const SynthRank& r : ranks) dir.write(r);
+  LoadResult loaded = loadDumps({dir.path()});
+  std::ostringstream out;
+  writeText(out, {reportOf(loaded.comms[0])});
+  if (res != nullptr) *res = std::move(loaded);
+  return out.str();
+}
+
 TEST(TraceOutput, TextNamesTheStragglerAndTheMissingRank) {
   TempDir dir;
   for (const SynthRank& r : threeRanks()) dir.write(r);
@@ -154,21 +169,36 @@ TEST(TraceOutput, TextNamesTheStragglerAndTheMissingRank) {
   EXPECT_NE(text.find("rank 1: last seq 4 allreduce completed"), std::string::npos) << text;
 }
 
+// The straggler's operations, latest first, with the caller's numbers for them (a dump's
+// "tag", from loomCommSetOpTag) where the dumps have them.
+TEST(TraceOutput, TextListsTheStragglersOperationsWithTheirTags) {
+  std::vector<SynthRank> ranks = threeRanks();
+  for (SynthRank& r : ranks)
+    for (SynthOp& o : r.ops)
+      if (o.seq != 2) o.tag = 100 + o.seq;
+  LoadResult res;
+  const std::string text = textOf(ranks, &res);
+  EXPECT_NE(text.find("rank 2 was last in: seq 4 (tag 104) allreduce +1000.0 us, seq 3 (tag "
+                      "103) allreduce +1000.0 us, seq 2 allreduce +1000.0 us, seq 1 (tag "
+                      "101) allreduce +1000.0 us\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(slowestOpsLine(analyze(res.comms[0]), 2),
+            "rank 2 was last in: seq 4 (tag 104) allreduce +1000.0 us, seq 3 (tag 103) allreduce "
+            "+1000.0 us, and 2 earlier");
+}
+
 TEST(TraceOutput, TextShowsAMismatchRankByRank) {
   std::vector<SynthRank> ranks = threeRanks();
   ranks.resize(2);
   for (SynthRank& r : ranks) r.nranks = 2;
   ranks[1].ops[2].coll = "broadcast";
   ranks[1].ops[2].root = 0;
-  TempDir dir;
-  for (const SynthRank& r : ranks) dir.write(r);
-  LoadResult res = loadDumps({dir.path()});
-  std::ostringstream out;
-  writeText(out, {reportOf(res.comms[0])});
-  EXPECT_NE(out.str().find("mismatch at seq 3: rank 0 allreduce count 1024 fp32 sum, rank 1 "
-                           "broadcast count 1024 fp32 root 0"),
+  const std::string text = textOf(ranks);
+  EXPECT_NE(text.find("mismatch at seq 3: rank 0 allreduce count 1024 fp32 sum, rank 1 "
+                      "broadcast count 1024 fp32 root 0"),
             std::string::npos)
-      << out.str();
+      << text;
 }
 
 TEST(TraceOutput, PerfettoHasATrackPerRankAndASlicePerOperation) {

@@ -312,6 +312,7 @@ Analysis analyze(const CommTrace& comm) {
       }
     }
     t.coll = firstPresent->coll;  // seqs holds only recorded numbers
+    t.tag = firstPresent->tag;
     timeOp(comm, present, a.clockUncertaintyNs, t);
     findHangs(comm, seq, present, t, a);
     if (t.timed)

@@ -40,6 +40,7 @@ enum class CellState { Timed, Untimed, Missing, Evicted, NoDump };
 
 struct OpTiming {
   uint64_t seq = 0;
+  uint64_t tag = 0;              // the caller's number for it, as the lowest rank present has it
   std::string coll;              // as the lowest rank present recorded it
   std::vector<CellState> cells;  // per rank
   std::vector<MaybeNs> arrival;  // per rank, rank 0's clock

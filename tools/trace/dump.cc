@@ -118,6 +118,7 @@ OpEntry parseOp(const json& o, const std::string& where, int nranks) {
   if (!o.is_object()) throw TraceInputError(where + ": must be an object");
   OpEntry e;
   e.seq = static_cast<uint64_t>(intField(o, "seq", where, std::nullopt, 0, kI64Max));
+  e.tag = static_cast<uint64_t>(intField(o, "tag", where, 0, 0, kI64Max));
   e.coll = stringField(o, "coll", where, nullptr);
   e.algorithm = stringField(o, "algorithm", where, "");
   e.proto = stringField(o, "proto", where, "");

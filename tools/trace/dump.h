@@ -40,6 +40,7 @@ using MaybeNs = std::optional<int64_t>;
 
 struct OpEntry {
   uint64_t seq = 0;
+  uint64_t tag = 0;  // the caller's own number for the operation (loomCommSetOpTag), 0: none
   std::string coll;
   std::string algorithm;
   std::string proto;

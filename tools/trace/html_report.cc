@@ -87,6 +87,8 @@ void stragglerTable(std::ostream& o, const Analysis& a, size_t i) {
   o << "</tbody></table>\n";
   if (std::string s = slowestLine(a); !s.empty())
     o << "<p class=\"slowest\">" << htmlEscape(s) << "</p>\n";
+  if (std::string s = slowestOpsLine(a); !s.empty())
+    o << "<p class=\"slowest-ops\">" << htmlEscape(s) << "</p>\n";
 }
 
 void dataTable(std::ostream& o, const Analysis& a, size_t i) {

@@ -37,6 +37,10 @@ std::string htmlReport(const std::vector<CommReport>& reports);
 std::vector<std::string> lastSeenLines(const Analysis& a);
 std::vector<std::string> findingLines(const Analysis& a, size_t limit);
 std::string slowestLine(const Analysis& a);
+// The operations that straggler was last in, latest first, at most `limit` (then how many
+// more), each with the caller's tag where it has one and how late the rank was: "rank 1 was
+// last in: seq 40 (tag 12) allreduce +50012.3 us, ..." ("" when no rank was ever last).
+std::string slowestOpsLine(const Analysis& a, size_t limit = 5);
 // The (sender, receiver) pair whose first data came latest ("" when none was recorded).
 std::string slowestLinkLine(const Analysis& a);
 

@@ -38,6 +38,7 @@ void writeStragglers(std::ostream& out, const Analysis& a) {
                usText(s.meanLateNs).c_str(), usText(static_cast<double>(s.p99LateNs)).c_str(),
                usText(static_cast<double>(s.maxLateNs)).c_str(), usText(s.waitCausedNs).c_str());
   if (std::string s = slowestLine(a); !s.empty()) out << "  " << s << "\n";
+  if (std::string s = slowestOpsLine(a); !s.empty()) out << "  " << s << "\n";
   if (a.clockUncertaintyNs > 0)
     out << "  clock uncertainty " << usText(static_cast<double>(a.clockUncertaintyNs))
         << " us: " << a.belowUncertainty << " operations within it are charged to no rank\n";
@@ -142,6 +143,28 @@ std::string slowestLine(const Analysis& a) {
   return "slowest: rank " + std::to_string(top.rank) + ", last in " +
          std::to_string(top.timesLast) + " of " + std::to_string(top.ops) + " operations, caused " +
          usText(top.waitCausedNs) + " us of waiting";
+}
+
+std::string slowestOpsLine(const Analysis& a, size_t limit) {
+  if (a.timedOps == 0) return "";
+  const RankStats top = a.stragglersByImpact().front();
+  if (top.timesLast == 0) return "";
+  // The latest first: a run's end is where its trouble is usually looked for.
+  std::string s;
+  size_t listed = 0, more = 0;
+  for (auto it = a.ops.rbegin(); it != a.ops.rend(); ++it) {
+    if (it->lastRank != top.rank) continue;
+    if (listed == limit) {
+      ++more;
+      continue;
+    }
+    s += (listed++ ? ", " : "") + std::string("seq ") + std::to_string(it->seq);
+    if (it->tag != 0) s += " (tag " + std::to_string(it->tag) + ")";
+    s += " " + it->coll + " +" +
+         usText(static_cast<double>(it->lateNs[static_cast<size_t>(top.rank)])) + " us";
+  }
+  if (more > 0) s += ", and " + std::to_string(more) + " earlier";
+  return "rank " + std::to_string(top.rank) + " was last in: " + s;
 }
 
 std::string slowestLinkLine(const Analysis& a) {
