@@ -73,6 +73,7 @@ _PROTOTYPES = {
     "loomRecv": (c_int, [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p]),
     "loomBarrier": (c_int, [c_void_p, c_void_p]),
     "loomCommDumpTrace": (c_int, [c_void_p, c_char_p]),
+    "loomCommSetOpTag": (c_int, [c_void_p, ctypes.c_uint64]),
     "loomMemAlloc": (c_int, [ctypes.POINTER(c_void_p), c_size_t]),
     "loomMemFree": (c_int, [c_void_p]),
     "loomGroupStart": (c_int, []),

@@ -198,6 +198,15 @@ class Communicator:
     def __exit__(self, *exc):
         self.destroy()
 
+    def set_op_tag(self, tag):
+        """Names the next operation issued on this communicator with the caller's own number for
+        it (0 clears it): its flight-recorder entry and trace dump carry it as "tag", and
+        loom-trace shows it beside Loom's sequence number."""
+        if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 1 << 64:
+            raise LoomError(INVALID_ARGUMENT,
+                            "tag: %r is not an integer in [0, 2**64)" % (tag,))
+        check(self._lib.loomCommSetOpTag(self._h(), tag))
+
     def dump_trace(self, path=None):
         """Writes this rank's flight recorder as JSON (LOOM_TRACE_DIR when path is None)."""
         check(self._lib.loomCommDumpTrace(self._h(), path.encode() if path else None))

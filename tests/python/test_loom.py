@@ -3,11 +3,13 @@ checked against a reference computed here in plain Python from every rank's
 inputs; bad arguments raise LoomError naming the argument."""
 
 import array
+import json
 import os
 import random
 import socket
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import loom
@@ -143,6 +145,18 @@ def body_send_recv(comm, rank, n, count):
         comm.recv(got, prev)
     comm.barrier()
     return list(got)
+
+
+def body_tags(comm, rank, n, path):
+    # The tagged all-reduce and the untagged one after it, read back from this rank's dump.
+    x = array.array("f", [1.0])
+    comm.set_op_tag(41)
+    comm.all_reduce(x)
+    comm.all_reduce(x)
+    comm.dump_trace(path % rank)
+    with open(path % rank) as f:
+        ops = json.load(f)["ops"]
+    return [x[0], [o.get("tag") for o in ops[-2:]]]
 
 
 def body_buffers(comm, rank, n):
@@ -292,6 +306,11 @@ class Collectives(unittest.TestCase):
             for rank in range(n):
                 self.assertEqual(results[rank], [value((rank - 1) % n, i, "B") for i in range(count)])
 
+    def test_op_tags_reach_the_trace(self):
+        with tempfile.TemporaryDirectory(prefix="loom_py_tags_") as d:
+            results = run_ranks(2, body_tags, os.path.join(d, "rank%d.json"))
+        self.assertEqual(results, [[4.0, [41, None]]] * 2)
+
     def test_bytearray_memoryview_and_explicit_dtype(self):
         n = 2
         results = run_ranks(n, body_buffers)
@@ -419,6 +438,8 @@ def error_cases():
         "gather root": lambda: comm.gather(f, f, root=1),
         "scatter size": lambda: comm.scatter(array.array("f", [0.0] * 3), f),
         "scatter none": lambda: comm.scatter(None, f),
+        "tag negative": lambda: comm.set_op_tag(-1),
+        "tag type": lambda: comm.set_op_tag("7"),
     }
     out = {}
     for name, call in cases.items():
@@ -481,6 +502,8 @@ class Errors(unittest.TestCase):
         self.expect("gather root", "root", "outside [0, 1)")
         self.expect("scatter size", "sendbuff", "3 elements", "scatter needs 2")
         self.expect("scatter none", "sendbuff", "None")
+        self.expect("tag negative", "tag", "-1")
+        self.expect("tag type", "tag", "'7'")
         # A bfloat16 buffer's format is 16-bit integers, which Loom does not reduce: never
         # taken for another type, it needs dtype= (as in test_mem_alloc_buffers).
         self.expect("mem bfloat16", "sendbuff", "'H'")
