@@ -126,40 +126,48 @@ add_row() {  # array name, layer
   rows+=("$2")
 }
 vg=(valgrind --tool=callgrind --instr-atstart=no)
-for s in "${sz[@]}"; do
-  # Instructions.
-  loom_pair "$s" "$icalls" "$work/loom.$s.vg" -- "${vg[@]}" --callgrind-out-file="$work/loom.$s.out" ||
-    { echo "loom-call-cost under callgrind failed at $s B:"; tail -n 5 "$work/loom.$s.vg"; status=1; }
-  while IFS=$'\t' read -r l ir; do
-    LOOM_IR[$l,$s]=$ir
-    add_row loom_rows "$l"
-  done < <(layers "$work/loom.$s.out" loom)
-  if ((HAVE_MPI)); then
-    mpi_pair "$s" "$icalls" "$work/mpi.$s.vg" -- "${vg[@]}" --callgrind-out-file="$work/mpi.$s.out" ||
-      { echo "mpi-call-cost under callgrind failed at $s B:"; tail -n 5 "$work/mpi.$s.vg"; status=1; }
-    while IFS=$'\t' read -r l ir; do
-      MPI_IR[$l,$s]=$ir
-      add_row mpi_rows "$l"
-    done < <(layers "$work/mpi.$s.out" mpi)
+sides=(loom)
+((HAVE_MPI)) && sides+=(mpi)
+
+# One side's (loom or mpi) instructions at size $2, by layer, into LOOM_IR or MPI_IR.
+count_side() {
+  local side=$1 s=$2
+  local -n irs=${side^^}_IR
+  if ! "${side}_pair" "$s" "$icalls" "$work/$side.$s.vg" -- "${vg[@]}" \
+      --callgrind-out-file="$work/$side.$s.out"; then
+    echo "$side-call-cost under callgrind failed at $s B:"; tail -n 5 "$work/$side.$s.vg"
+    status=1
+    return
   fi
-  # Time, alternating.
+  local l ir
+  while IFS=$'\t' read -r l ir; do
+    irs[$l,$s]=$ir
+    add_row "${side}_rows" "$l"
+  done < <(layers "$work/$side.$s.out" "$side")
+}
+
+# One native run of a side at size $2, its time per call kept in LOOM_US or MPI_US when the
+# best so far.
+time_side() {
+  local side=$1 s=$2 t
+  local -n uss=${side^^}_US
+  if ! "${side}_pair" "$s" "$calls" "$work/$side.t" --; then
+    echo "$side-call-cost failed at $s B:"; tail -n 3 "$work/$side.t"
+    status=1
+    return
+  fi
+  t=$(per_call "$work/$side.t")
+  [[ -n $t ]] || return
+  if [[ -z ${uss[$s]:-} ]] || awk -v a="$t" -v b="${uss[$s]}" 'BEGIN{exit !(a < b)}'; then
+    uss[$s]=$t
+  fi
+}
+
+for s in "${sz[@]}"; do
+  for side in "${sides[@]}"; do count_side "$side" "$s"; done
+  # Time, the sides alternating.
   for ((k = 0; k < reps; ++k)); do
-    if loom_pair "$s" "$calls" "$work/loom.t" --; then
-      t=$(per_call "$work/loom.t")
-      [[ -n $t ]] && { [[ -z ${LOOM_US[$s]:-} ]] || awk -v a="$t" -v b="${LOOM_US[$s]}" 'BEGIN{exit !(a < b)}'; } &&
-        LOOM_US[$s]=$t
-    else
-      echo "loom-call-cost failed at $s B:"; tail -n 3 "$work/loom.t"; status=1
-    fi
-    if ((HAVE_MPI)); then
-      if mpi_pair "$s" "$calls" "$work/mpi.t" --; then
-        t=$(per_call "$work/mpi.t")
-        [[ -n $t ]] && { [[ -z ${MPI_US[$s]:-} ]] || awk -v a="$t" -v b="${MPI_US[$s]}" 'BEGIN{exit !(a < b)}'; } &&
-          MPI_US[$s]=$t
-      else
-        echo "mpi-call-cost failed at $s B:"; tail -n 3 "$work/mpi.t"; status=1
-      fi
-    fi
+    for side in "${sides[@]}"; do time_side "$side" "$s"; done
   done
 done
 
