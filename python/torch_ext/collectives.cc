@@ -15,33 +15,53 @@ std::string nth(const char* arg, size_t i) {
   return std::string(arg) + "[" + std::to_string(i) + "]";
 }
 
+// An argument's name, spelled out only when an error needs it: the checks of every call cost no
+// allocation.
+class ArgName {
+ public:
+  ArgName(const char* arg) : arg_(arg) {}           // NOLINT: implicit by design
+  ArgName(const std::string& arg) : text_(&arg) {}  // NOLINT
+  ArgName(const char* arg, size_t index) : arg_(arg), index_(index) {}
+  std::string str() const {
+    if (text_ != nullptr) return *text_;
+    return index_ == kNone ? std::string(arg_) : nth(arg_, index_);
+  }
+
+ private:
+  static constexpr size_t kNone = ~size_t{0};
+  const char* arg_ = nullptr;
+  const std::string* text_ = nullptr;
+  size_t index_ = kNone;
+};
+
 // Element-wise operations (all-reduce, broadcast, reduce, send, receive) take any dense layout
 // (channels_last, say: every rank's tensor has the same one); the rest need contiguous tensors.
 enum class Layout { Contiguous, Dense };
 
-void checkTensor(const at::Tensor& t, const std::string& arg, Layout layout = Layout::Contiguous) {
-  if (!t.defined()) fail(arg + ": undefined tensor");
+void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout = Layout::Contiguous) {
+  if (!t.defined()) fail(arg.str() + ": undefined tensor");
   if (!t.device().is_cpu())
-    fail(arg + ": a tensor on " + t.device().str() +
+    fail(arg.str() + ": a tensor on " + t.device().str() +
          "; the loom backend moves CPU tensors (register another backend for this device)");
-  if (t.is_sparse()) fail(arg + ": sparse tensors are not supported by the loom backend");
+  if (t.is_sparse()) fail(arg.str() + ": sparse tensors are not supported by the loom backend");
   if (layout == Layout::Dense ? !t.is_non_overlapping_and_dense() : !t.is_contiguous())
-    fail(arg + (layout == Layout::Dense ? ": the tensor is not dense (a strided view)"
-                                        : ": the tensor is not contiguous"));
+    fail(arg.str() + (layout == Layout::Dense ? ": the tensor is not dense (a strided view)"
+                                              : ": the tensor is not contiguous"));
 }
 
 void checkList(const std::vector<at::Tensor>& ts, const char* arg,
                Layout layout = Layout::Contiguous) {
   if (ts.empty()) fail(std::string(arg) + ": empty tensor list");
-  for (size_t i = 0; i < ts.size(); ++i) checkTensor(ts[i], nth(arg, i), layout);
+  for (size_t i = 0; i < ts.size(); ++i) checkTensor(ts[i], ArgName(arg, i), layout);
 }
 
-void checkSame(const at::Tensor& a, const at::Tensor& b, const std::string& arg, int64_t numel) {
+void checkSame(const at::Tensor& a, const at::Tensor& b, const ArgName& arg, int64_t numel) {
   if (a.scalar_type() != b.scalar_type())
-    fail(arg + ": " + c10::toString(b.scalar_type()) + ", the input is " +
+    fail(arg.str() + ": " + c10::toString(b.scalar_type()) + ", the input is " +
          c10::toString(a.scalar_type()));
   if (b.numel() != numel)
-    fail(arg + ": " + std::to_string(b.numel()) + " elements, expected " + std::to_string(numel));
+    fail(arg.str() + ": " + std::to_string(b.numel()) + " elements, expected " +
+         std::to_string(numel));
 }
 
 size_t bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
@@ -287,7 +307,7 @@ WorkPtr LoomBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& ou
   checkList(outputs, "outputs");
   if (outputs.size() != inputs.size()) fail("outputs: not one per input");
   for (size_t i = 0; i < inputs.size(); ++i)
-    checkSame(inputs[i], outputs[i], nth("outputs", i), inputs[i].numel() * getSize());
+    checkSame(inputs[i], outputs[i], ArgName("outputs", i), inputs[i].numel() * getSize());
   return enqueue(
       c10d::OpType::COALESCED, outputs,
       [&] {
@@ -318,7 +338,7 @@ WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
   if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
     fail("output_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
   for (size_t r = 0; r < outputs[0].size(); ++r)
-    checkSame(in, outputs[0][r], nth("output_tensors[0]", r), in.numel());
+    checkSame(in, outputs[0][r], ArgName("output_tensors[0]", r), in.numel());
   at::Tensor staged = at::empty({in.numel() * getSize()}, in.options());
   return enqueue(
       c10d::OpType::GATHER, outputs[0],
@@ -341,7 +361,7 @@ WorkPtr LoomBackend::scatter(std::vector<at::Tensor>& outputs,
     if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(getSize()))
       fail("input_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
     for (size_t r = 0; r < inputs[0].size(); ++r)
-      checkSame(out, inputs[0][r], nth("input_tensors[0]", r), out.numel());
+      checkSame(out, inputs[0][r], ArgName("input_tensors[0]", r), out.numel());
     send = flatten(inputs[0]);
   }
   return enqueue(
@@ -407,7 +427,7 @@ WorkPtr LoomBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& ou
   if (inputs.size() != outputs.size()) fail("inputs: not one per output");
   std::vector<loomRedOp_t> ops;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    checkSame(outputs[i], inputs[i], nth("inputs", i), outputs[i].numel() * getSize());
+    checkSame(outputs[i], inputs[i], ArgName("inputs", i), outputs[i].numel() * getSize());
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
   }
   return enqueue(

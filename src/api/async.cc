@@ -1,5 +1,7 @@
 #include "api/async.h"
 
+#include <sys/prctl.h>
+
 #include <chrono>
 
 #include "util/log.h"
@@ -11,6 +13,9 @@ namespace {
 // How long wait() polls the done counter before it blocks: a short operation's completion is
 // then seen without a futex wake-up, and a long one costs a waiting thread little.
 constexpr int64_t kWaitSpinNs = 20000;
+// The worker's timer slack: its timed sleeps end within this of their deadline (the kernel's
+// default of 50 us would double kPollNs).
+constexpr unsigned long kWorkerTimerSlackNs = 5000;
 }  // namespace
 
 AsyncWorker::AsyncWorker(int rank) : thread_([this, rank] { run(rank); }) {}
@@ -24,11 +29,20 @@ uint64_t AsyncWorker::post(std::function<Status()> task) {
   if (stopping_) {  // the worker has gone: the task will never run
     failed_[ticket] = LOOM_ERROR(loomInvalidUsage, "operation queued after the worker stopped");
     advanceDone();
-    cv_.notify_all();
+    wakeSleepers();
     return ticket;
   }
-  queue_.push_back({ticket, std::move(task)});
-  cv_.notify_all();
+  const int64_t now = nowNs();
+  queue_.push_back({ticket, now, std::move(task)});
+  lastPostNs_ = now;
+  // While callers run their own tasks (the last one finished ran on a waiting thread), a worker
+  // in its timed sleeps finds the task on its next look; it is woken at once only when it ran
+  // the last task itself (callers that do not wait at once) or sleeps without a deadline (idle
+  // for kIdleNs).
+  if (sleep_ == Sleep::Idle || (sleep_ == Sleep::Polling && workerRanLast_)) {
+    sleep_ = Sleep::Awake;
+    workCv_.notify_one();
+  }
   return ticket;
 }
 
@@ -42,12 +56,23 @@ Status AsyncWorker::error() const {
   return error_;
 }
 
+void AsyncWorker::sleepUntil(std::unique_lock<std::mutex>& lock, int64_t deadlineNs) const {
+  const int64_t left = deadlineNs - nowNs();
+  if (left <= 0) return;
+  ++sleepers_;
+  doneCv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(left, 100000000)));
+  --sleepers_;
+}
+
+void AsyncWorker::wakeSleepers() const {
+  if (sleepers_ > 0) doneCv_.notify_all();
+}
+
 bool AsyncWorker::waitIdle(int64_t deadlineNs) const {
   std::unique_lock<std::mutex> lock(m_);
   while (running_ || !queue_.empty()) {
-    const int64_t left = deadlineNs - nowNs();
-    if (left <= 0) return false;
-    cv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(left, 100000000)));
+    if (deadlineNs - nowNs() <= 0) return false;
+    sleepUntil(lock, deadlineNs);
   }
   return true;
 }
@@ -75,9 +100,8 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
       lock.lock();
       continue;
     }
-    const int64_t left = deadlineNs - nowNs();
-    if (left <= 0) break;
-    cv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(left, 100000000)));
+    if (deadlineNs - nowNs() <= 0) break;
+    sleepUntil(lock, deadlineNs);
   }
   Status s;
   if (done_.load(std::memory_order_relaxed) < ticket) {
@@ -86,7 +110,7 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
     auto it = failed_.find(ticket);
     if (it != failed_.end()) s = it->second;
   }
-  if (--waiters_ == 0) cv_.notify_all();
+  if (--waiters_ == 0) wakeSleepers();  // stop() may be waiting for the last waiter
   return s;
 }
 
@@ -104,12 +128,13 @@ void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
   task.run = nullptr;
   lock.lock();
   running_ = false;
+  workerRanLast_ = std::this_thread::get_id() == thread_.get_id();
   if (!s.isOk()) {
     if (error_.isOk()) error_ = s;
     failed_[task.ticket] = s;
   }
   advanceDone();
-  cv_.notify_all();
+  wakeSleepers();
 }
 
 void AsyncWorker::advanceDone() {
@@ -128,25 +153,45 @@ void AsyncWorker::close(bool drop) {
     queue_.clear();
     if (!running_) advanceDone();
   }
-  cv_.notify_all();
+  sleep_ = Sleep::Awake;
+  workCv_.notify_all();
+  wakeSleepers();
 }
 
 void AsyncWorker::stop(bool drop) {
   close(drop);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   std::unique_lock<std::mutex> lock(m_);
-  cv_.wait(lock, [this] { return waiters_ == 0; });
+  while (waiters_ != 0) sleepUntil(lock, nowNs() + 100000000);
 }
 
 void AsyncWorker::run(int rank) {
   log::setThreadRank(rank);
+  (void)prctl(PR_SET_TIMERSLACK, kWorkerTimerSlackNs, 0, 0, 0);
   std::unique_lock<std::mutex> lock(m_);
   for (;;) {
-    cv_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
-    if (queue_.empty()) return;  // stopping, nothing left
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    runTask(task, lock);
+    const int64_t now = nowNs();
+    if (!running_ && !queue_.empty()) {
+      // A task waits kGraceNs for its caller's wait() to run it; once closing, none waits.
+      const int64_t due = queue_.front().postNs + kGraceNs;
+      if (stopping_ || now >= due) {
+        Task task = std::move(queue_.front());
+        queue_.pop_front();
+        runTask(task, lock);
+        continue;
+      }
+      sleep_ = Sleep::Due;
+      workCv_.wait_for(lock, std::chrono::nanoseconds(due - now));
+    } else if (stopping_ && queue_.empty()) {
+      return;
+    } else if (running_ || now - lastPostNs_ < kIdleNs) {  // busy: look again in kPollNs
+      sleep_ = Sleep::Polling;
+      workCv_.wait_for(lock, std::chrono::nanoseconds(kPollNs));
+    } else {
+      sleep_ = Sleep::Idle;  // until post() or close() sets Awake
+      workCv_.wait(lock, [this] { return sleep_ == Sleep::Awake; });
+    }
+    sleep_ = Sleep::Awake;
   }
 }
 

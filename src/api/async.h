@@ -4,21 +4,29 @@
 // Contract. post() queues a task, numbers it with a ticket (1, 2, ... in queue
 // order) and returns at once; the C call that posted it returns loomInProgress.
 // Tasks run one at a time, in ticket order, so "ticket t is done" means every
-// earlier one is too. The worker thread runs them; a thread in wait(t) for as
-// long as the communicator's timeout runs the next task itself when the worker
-// has not taken it (nothing is running), so a caller that waits at once has no
-// hand-over to pay. wait(t) returns task t's own result (kept for every failed task until
-// the worker is destroyed), or loomInProgress once its deadline passes. busy()
-// is true while a task is queued or running; error() is the first task's
-// failure (later tasks still run: each one checks the communicator's stored
-// error first, as a blocking call would). close() takes no more tasks and
-// either leaves the queue to run (drop = false: loomCommDestroy) or drops it
-// (drop = true: loomCommAbort; each dropped task's result is loomRemoteError).
-// An abort calls close(true) before it raises the communicator's abort flag, so
-// a task queued behind the running one is dropped, never started and failed by
-// the flag. stop() closes, then joins the thread and waits for every waiter to
-// leave. Every task is bounded by the communicator's timeout, so stop() never
-// waits forever.
+// earlier one is too. A thread in wait(t) for as long as the communicator's
+// timeout runs the next task itself when nothing runs yet, so a caller that
+// waits at once pays no hand-over to another thread. The worker thread runs
+// every task nobody waits for: it takes a task once it has been queued for
+// kGraceNs (the caller's own wait usually comes sooner). post() wakes it with a
+// system call only when it ran the last task itself (its callers do not wait
+// at once) or has slept since kIdleNs without a post; otherwise, while
+// callers run their own tasks, it looks every kPollNs. So an operation nobody
+// waits for starts within kGraceNs, or kPollNs after a caller stops waiting
+// at once. wait(t) returns task t's own result (kept for every failed
+// task until the worker is destroyed), or loomInProgress once its deadline
+// passes. busy() is true while a task is queued or running; error() is the
+// first task's failure (later tasks still run: each one checks the
+// communicator's stored error first, as a blocking call would). close() takes
+// no more tasks and either leaves the queue to run at once (drop = false:
+// loomCommDestroy) or drops it (drop = true: loomCommAbort; each dropped
+// task's result is loomRemoteError). An abort calls close(true) before it
+// raises the communicator's abort flag, so a task queued behind the running
+// one is dropped, never started and failed by the flag. stop() closes, then
+// joins the thread and waits for every waiter to leave. Every task is bounded
+// by the communicator's timeout, so stop() never waits forever. Threads that
+// wait for a result sleep on their own condition variable, signalled only
+// while one sleeps there.
 //
 // Thread safety: every member may be called from any thread. Lock order:
 // the API's registry mutex, then this worker's mutex; a task never runs with
@@ -67,8 +75,15 @@ class AsyncWorker {
   void stop(bool drop);
 
  private:
+  // See the contract: how long a task waits for its caller, how often a busy worker looks,
+  // and how long without a post before it sleeps until the next one.
+  static constexpr int64_t kGraceNs = 20000;
+  static constexpr int64_t kPollNs = 200000;
+  static constexpr int64_t kIdleNs = 2000000;
+
   struct Task {
     uint64_t ticket;
+    int64_t postNs;  // nowNs() when queued
     std::function<Status()> run;
   };
   void run(int rank);
@@ -77,13 +92,25 @@ class AsyncWorker {
   void runTask(Task& task, std::unique_lock<std::mutex>& lock);
   // Under m_: marks every ticket up to the first still queued as done.
   void advanceDone();
+  // Under m_ (held by lock): sleeps on doneCv_ until woken or deadlineNs; wakeSleepers() wakes
+  // every such sleeper (a no-op when there is none).
+  void sleepUntil(std::unique_lock<std::mutex>& lock, int64_t deadlineNs) const;
+  void wakeSleepers() const;
 
   mutable std::mutex m_;
-  mutable std::condition_variable cv_;
+  mutable std::condition_variable doneCv_;  // a task finished, a waiter left, a close
+  std::condition_variable workCv_;          // the worker's: a post while it is idle, a close
   std::deque<Task> queue_;
   bool running_ = false;
   bool stopping_ = false;
+  // How the worker sleeps: not (Awake), until the queued task's grace ends (Due), for kPollNs
+  // with nothing queued (Polling), or until post() or close() wakes it (Idle).
+  enum class Sleep { Awake, Due, Polling, Idle };
+  Sleep sleep_ = Sleep::Awake;
+  bool workerRanLast_ = false;  // the last task finished ran on the worker thread
+  int64_t lastPostNs_ = 0;
   int waiters_ = 0;
+  mutable int sleepers_ = 0;  // threads asleep on doneCv_
   Status error_;
   std::map<uint64_t, Status> failed_;  // results of the tasks that failed (or were dropped)
   std::atomic<uint64_t> posted_{0};    // written under m_

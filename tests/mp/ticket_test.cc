@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,12 +148,79 @@ int ticketsRank(RankContext& ctx) {
 
 class TicketTest : public ::testing::TestWithParam<bool> {};
 
-TEST_P(TicketTest, EachOperationCompletesOnItsOwnTicketWithTheReferenceValues) {
+// Three processes over the parameter's transport, each starting its own non-blocking communicator.
+LaunchOptions threeRanks(bool shm) {
   LaunchOptions opts;
   opts.nranks = 3;
-  opts.shm = GetParam();
+  opts.shm = shm;
   opts.initComm = false;
+  return opts;
+}
+
+TEST_P(TicketTest, EachOperationCompletesOnItsOwnTicketWithTheReferenceValues) {
+  LaunchOptions opts = threeRanks(GetParam());
   LaunchResult res = launch(opts, ticketsRank);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+// Operations nobody waits for still run, on the communicator's thread. Each rank first waits for
+// an all-reduce at once (its thread runs it, so the worker is not woken by the next post and must
+// find the next task by looking), then queues all-reduces it only tests (timeout 0, which never
+// runs one) until each is done; the last is also left to finish while the rank sleeps (the
+// worker, woken or looking, moves it). Every sum is the scalar reference's; each finishes
+// within 5 s of its post (the worker's grace and look are microseconds).
+int unwaitedRank(RankContext& ctx) {
+  Checker c{ctx.rank};
+  c.expectResult("init", initNonBlocking(ctx, c), loomSuccess);
+  if (c.failures) return 1;
+  const int n = ctx.nranks;
+  const size_t count = 257;
+  std::vector<float> a(count), out(count, -1);
+  auto checkSum = [&](const char* what, int salt) {
+    int wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      float s = 0;
+      for (int q = 0; q < n; ++q) s += input(q, i, salt);
+      if (out[i] != s && ++wrong <= 3)
+        c.fail(std::string(what) + ": out[" + std::to_string(i) + "] = " + std::to_string(out[i]) +
+               ", expected " + std::to_string(s));
+    }
+  };
+  auto post = [&](int salt) {
+    for (size_t i = 0; i < count; ++i) a[i] = input(ctx.rank, i, salt);
+    std::fill(out.begin(), out.end(), -1.0f);
+    c.expectResult(
+        "all-reduce",
+        loomAllReduce(a.data(), out.data(), count, loomFloat32, loomSum, ctx.comm, nullptr),
+        loomInProgress);
+    return lastTicket(ctx.comm);
+  };
+  c.expectResult("the all-reduce waited for at once", loomCommWaitTicket(ctx.comm, post(0), -1),
+                 loomSuccess);
+  checkSum("the all-reduce waited for at once", 0);
+  for (int k = 1; k <= 3; ++k) {
+    const uint64_t t = post(k);
+    const auto start = std::chrono::steady_clock::now();
+    loomResult_t r = loomInProgress;
+    while ((r = loomCommWaitTicket(ctx.comm, t, 0)) == loomInProgress &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(5))
+      usleep(100);
+    c.expectResult(("tested all-reduce " + std::to_string(k)).c_str(), r, loomSuccess);
+    checkSum("a tested all-reduce", k);
+  }
+  const uint64_t last = post(9);
+  usleep(200000);  // nobody waits: the worker runs it meanwhile
+  c.expectResult("the all-reduce left while the rank slept", loomCommWaitTicket(ctx.comm, last, 0),
+                 loomSuccess);
+  checkSum("the all-reduce left while the rank slept", 9);
+  c.expectResult("destroy", loomCommDestroy(ctx.comm), loomSuccess);
+  ctx.comm = nullptr;
+  return c.failures == 0 ? 0 : 1;
+}
+
+TEST_P(TicketTest, OperationsNobodyWaitsForRunOnTheCommunicatorsThread) {
+  LaunchOptions opts = threeRanks(GetParam());
+  LaunchResult res = launch(opts, unwaitedRank);
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
@@ -193,10 +261,7 @@ int deadPeerRank(RankContext& ctx) {
 }
 
 TEST_P(TicketTest, AFailedOperationsTicketNamesTheDeadPeer) {
-  LaunchOptions opts;
-  opts.nranks = 3;
-  opts.shm = GetParam();
-  opts.initComm = false;
+  LaunchOptions opts = threeRanks(GetParam());
   opts.timeoutMs = kDeathTimeoutMs;
   opts.failGraceMs = 3 * kDeathTimeoutMs;
   LaunchResult res = launch(opts, deadPeerRank);
