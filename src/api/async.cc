@@ -94,6 +94,16 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
       runTask(task, lock);
       continue;
     }
+    // A caller that will not run the task (a bounded wait, a test) has the worker take it now,
+    // without its grace.
+    if (!mayRun && !running_ && !queue_.empty() && queue_.front().ticket <= ticket &&
+        urgentUpTo_ < ticket) {
+      urgentUpTo_ = ticket;
+      if (sleep_ != Sleep::Awake) {
+        sleep_ = Sleep::Awake;
+        workCv_.notify_one();
+      }
+    }
     if (nowNs() < spinUntil) {
       lock.unlock();
       while (done_.load(std::memory_order_acquire) < ticket && nowNs() < spinUntil) cpuRelax();
@@ -174,7 +184,7 @@ void AsyncWorker::run(int rank) {
     if (!running_ && !queue_.empty()) {
       // A task waits kGraceNs for its caller's wait() to run it; once closing, none waits.
       const int64_t due = queue_.front().postNs + kGraceNs;
-      if (stopping_ || now >= due) {
+      if (stopping_ || now >= due || queue_.front().ticket <= urgentUpTo_) {
         Task task = std::move(queue_.front());
         queue_.pop_front();
         runTask(task, lock);

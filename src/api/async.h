@@ -13,7 +13,8 @@
 // at once) or has slept since kIdleNs without a post; otherwise, while
 // callers run their own tasks, it looks every kPollNs. So an operation nobody
 // waits for starts within kGraceNs, or kPollNs after a caller stops waiting
-// at once. wait(t) returns task t's own result (kept for every failed
+// at once; a wait that will not run its task itself (a bounded wait, a test)
+// wakes the worker to take it at once. wait(t) returns task t's own result (kept for every failed
 // task until the worker is destroyed), or loomInProgress once its deadline
 // passes. busy() is true while a task is queued or running; error() is the
 // first task's failure (later tasks still run: each one checks the
@@ -108,6 +109,7 @@ class AsyncWorker {
   enum class Sleep { Awake, Due, Polling, Idle };
   Sleep sleep_ = Sleep::Awake;
   bool workerRanLast_ = false;  // the last task finished ran on the worker thread
+  uint64_t urgentUpTo_ = 0;     // tasks up to this ticket have a waiter that will not run them
   int64_t lastPostNs_ = 0;
   int waiters_ = 0;
   mutable int sleepers_ = 0;  // threads asleep on doneCv_
