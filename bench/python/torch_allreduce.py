@@ -8,8 +8,10 @@ at most 1000 calls, the smallest pick of any rank), then times 3 blocks of back-
 on one tensor allocated for that size; a rank's time is the median block's mean per call, a
 repetition's is its slowest rank's, and the table keeps the best repetition. loom-perf runs in
 each repetition too, with the loom run's warm-up and call counts (-a 3: slowest rank's mean
-per call; out-of-place column unless --perf-in-place). "framework overhead" is
-loom-from-torch minus loom-perf.
+per call). torch's all_reduce is in place, so "framework overhead" is loom-from-torch minus
+loom-perf's in-place time, the same call from C; loom-perf's out-of-place time is shown
+beside it (its buffers are loomMemAlloc memory, whose input the peers read in place where the
+direct all-reduce takes its slices form, which an in-place call cannot).
 
 usage: python bench/python/torch_allreduce.py [-np 2,4] [-b 8] [-e 64M] [-f 4]
            [--backends gloo,loom] [--reps 3] [--quick]
@@ -77,8 +79,9 @@ def rank_body(rank, nprocs, sizes, quick):
     return out
 
 
-def loom_perf_us(nprocs, size, iters, warm, in_place):
-    """loom-perf's time per call in us (slowest rank's mean) for one size, or None."""
+def loom_perf_us(nprocs, size, iters, warm):
+    """loom-perf's (in place, out of place) times per call in us (slowest rank's mean) for one
+    size, or None."""
     cmd = [str(LOOM_PERF), "-np", str(nprocs), "-b", str(size), "-e", str(size), "-d", "float",
            "-o", "sum", "-n", str(iters), "-w", str(warm), "-a", "3"]
     try:
@@ -94,7 +97,7 @@ def loom_perf_us(nprocs, size, iters, warm, in_place):
         f = line.split()
         if len(f) >= 13 and not line.startswith("#") and f[0].isdigit() and int(f[0]) == size:
             try:
-                return float(f[9] if in_place else f[5])
+                return float(f[9]), float(f[5])
             except ValueError:
                 return None
     return None
@@ -106,7 +109,7 @@ def run(nprocs, backends, sizes, args):
     if "loom" in backends and not LOOM_PERF.exists():
         tr.stderr_log("note: %s not found; no loom-perf columns" % LOOM_PERF)
     best = {b: {s: None for s in sizes} for b in backends}
-    perf = {s: None for s in sizes}
+    perf = {s: None for s in sizes}  # size: [in place, out of place]
     calls = {}  # size: (timed calls, warm-up calls) of the loom run, which loom-perf repeats
     wrong = 0
     for rep in range(reps):
@@ -126,29 +129,30 @@ def run(nprocs, backends, sizes, args):
                     calls[s] = ranks[0][s][2:]
         if with_perf:
             for s in sizes:
-                us = loom_perf_us(nprocs, s, *calls[s], args.perf_in_place)
+                us = loom_perf_us(nprocs, s, *calls[s])
                 if us is not None:
-                    perf[s] = us if perf[s] is None else min(perf[s], us)
+                    perf[s] = list(us) if perf[s] is None else [min(a, b)
+                                                                 for a, b in zip(perf[s], us)]
 
     headers = ["size"] + ["%s (us)" % b for b in backends]
     both = "gloo" in backends and "loom" in backends
     if both:
         headers.append("loom/gloo speed")
     if with_perf:
-        headers += ["loom-perf (us)", "framework overhead (us)", "loom/loom-perf time"]
+        headers += ["loom-perf in place (us)", "framework overhead (us)", "loom/loom-perf time",
+                    "loom-perf out of place (us)"]
     rows = []
     for s in sizes:
         row = [tr.fmt_bytes(s)] + [tr.fmt(best[b][s]) for b in backends]
         if both:
             row.append(tr.fmt(best["gloo"][s] / best["loom"][s], 2))
         if with_perf:
-            p = perf[s]
+            p, oop = perf[s] or (None, None)
             row += [tr.fmt(p), tr.fmt(best["loom"][s] - p if p else None),
-                    tr.fmt(best["loom"][s] / p if p else None, 2)]
+                    tr.fmt(best["loom"][s] / p if p else None, 2), tr.fmt(oop)]
         rows.append(row)
     print("\ntorch.distributed.all_reduce float32 sum, %d processes, best of %d reps, "
-          "time per call (slowest rank)%s\n" % (nprocs, reps, ", loom-perf %s" % (
-              "in place" if args.perf_in_place else "out of place") if with_perf else ""))
+          "time per call (slowest rank)\n" % (nprocs, reps))
     tr.print_table(headers, rows)
     print()
     if both:
@@ -161,9 +165,10 @@ def run(nprocs, backends, sizes, args):
     if with_perf:
         have = [s for s in sizes if perf[s]]
         if have:
-            over = [best["loom"][s] - perf[s] for s in have]
-            ratio = {s: best["loom"][s] / perf[s] for s in have}
-            print("summary np=%d framework overhead (loom from torch - loom-perf): median %.1f us, "
+            over = [best["loom"][s] - perf[s][0] for s in have]
+            ratio = {s: best["loom"][s] / perf[s][0] for s in have}
+            print("summary np=%d framework overhead (loom from torch - loom-perf in place): "
+                  "median %.1f us, "
                   "%.1f to %.1f us; time ratio loom/loom-perf %.2fx at %s to %.2fx at %s" % (
                       nprocs, statistics.median(over), min(over), max(over), ratio[have[0]],
                       tr.fmt_bytes(have[0]), ratio[have[-1]], tr.fmt_bytes(have[-1])))
@@ -176,9 +181,6 @@ def main():
     p.add_argument("-b", "--minbytes", default="8")
     p.add_argument("-e", "--maxbytes", default="64M")
     p.add_argument("-f", "--stepfactor", type=int, default=4)
-    p.add_argument("--perf-in-place", action="store_true",
-                   help="compare with loom-perf's in-place column (torch's all_reduce is in "
-                        "place) instead of the out-of-place one")
     p.add_argument("--no-loom-perf", action="store_true", help="do not run loom-perf")
     args = p.parse_args()
     backends = tr.backends_of(args)
