@@ -91,7 +91,7 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
     if (mayRun && !running_ && !stopping_ && !queue_.empty() && queue_.front().ticket <= ticket) {
       Task task = std::move(queue_.front());
       queue_.pop_front();
-      runTask(task, lock);
+      runTask(task, lock, false);
       continue;
     }
     // A caller that will not run the task (a bounded wait, a test) has the worker take it now,
@@ -124,7 +124,7 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
   return s;
 }
 
-void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
+void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock, bool byWorker) {
   running_ = true;
   lock.unlock();
   Status s;
@@ -138,7 +138,7 @@ void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
   task.run = nullptr;
   lock.lock();
   running_ = false;
-  workerRanLast_ = std::this_thread::get_id() == thread_.get_id();
+  workerRanLast_ = byWorker;
   if (!s.isOk()) {
     if (error_.isOk()) error_ = s;
     failed_[task.ticket] = s;
@@ -187,7 +187,7 @@ void AsyncWorker::run(int rank) {
       if (stopping_ || now >= due || queue_.front().ticket <= urgentUpTo_) {
         Task task = std::move(queue_.front());
         queue_.pop_front();
-        runTask(task, lock);
+        runTask(task, lock, true);
         continue;
       }
       sleep_ = Sleep::Due;

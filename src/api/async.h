@@ -89,8 +89,9 @@ class AsyncWorker {
   };
   void run(int rank);
   // Runs task (popped from the queue under lock) with the lock released, then records its
-  // result. The worker runs tasks, and so does a thread waiting for one that nothing runs yet.
-  void runTask(Task& task, std::unique_lock<std::mutex>& lock);
+  // result. The worker runs tasks (byWorker), and so does a thread waiting for one that nothing
+  // runs yet.
+  void runTask(Task& task, std::unique_lock<std::mutex>& lock, bool byWorker);
   // Under m_: marks every ticket up to the first still queued as done.
   void advanceDone();
   // Under m_ (held by lock): sleeps on doneCv_ until woken or deadlineNs; wakeSleepers() wakes
