@@ -65,8 +65,17 @@ int main(int argc, char** argv) {
     return loomAllReduce(in, out, count, loomFloat, loomSum, comm, nullptr) == loomSuccess;
   };
 #endif
-  // Small integers, so every order of summing gives the same floats.
-  std::vector<float> send(count), recv(count);
+  // Small integers, so every order of summing gives the same floats. Buffers on a cache line of
+  // their own, so that the kernels' alignment head (and so the count) does not depend on where
+  // the heap happened to put them.
+  struct Aligned {
+    float* p;
+    explicit Aligned(size_t n)
+        : p(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64))) {}
+    ~Aligned() { std::free(p); }
+    float& operator[](size_t i) { return p[i]; }
+    float* data() { return p; }
+  } send(count), recv(count);
   for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((rank + 1) * (i % 7 + 1));
   std::memset(recv.data(), 0, count * sizeof(float));
   bool ok = true;

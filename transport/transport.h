@@ -47,16 +47,24 @@ enum class Wakeup {
   Armed,
 };
 
-// Arrival news that rides with a slot, so that ranks learn who entered an
-// operation late without an extra message: the earliest and latest entry
-// times (on rank 0's clock) the sender has heard of for operation `seq`, and
-// whose they were. seq 0: no news.
+// What a slot is, beside its bytes.
+// Arrival news, so that ranks learn who entered an operation late without an extra message:
+// the earliest and latest entry times (on rank 0's clock) the sender has heard of for
+// operation `seq`, and whose they were. seq 0: no news.
+// Whether the slot belongs to a tagged message (exec/messages.h) rather than to a schedule:
+// messages are matched by the receiver at run time, so whoever reads a connection must tell
+// them from a schedule's data. A message's first slot (kMessageHead) carries its tag and its
+// size in bytes; its later slots are kMessageBody.
+enum : uint32_t { kScheduleData = 0, kMessageHead = 1, kMessageBody = 2 };
 struct Stamp {
   uint64_t seq = 0;
   int64_t earliestNs = 0;
   int64_t latestNs = 0;
   int32_t earliestRank = -1;
   int32_t latestRank = -1;
+  uint32_t message = kScheduleData;
+  int32_t tag = 0;
+  uint64_t messageBytes = 0;
 };
 
 class Connection {
@@ -73,7 +81,7 @@ class Connection {
   virtual void* trySendSlot() = 0;
   // Publishes the slot from trySendSlot() holding `bytes` (<= slotBytes()).
   virtual void postSend(size_t bytes) = 0;
-  // Attaches `stamp` to the next slot posted (else it carries no news).
+  // Attaches `stamp` to the next slot posted (else it carries no news and is a schedule's).
   virtual void stampNext(const Stamp& stamp) = 0;
 
   // Sending straight from the caller's memory, where the transport copies anyway (TCP: the
@@ -100,7 +108,8 @@ class Connection {
   // released, dst must stay valid; cancelRecvInto() puts what arrived back into the slot.
   virtual bool recvInto(void* dst, size_t bytes) { return false; }
   virtual void cancelRecvInto() {}
-  // The stamp of the slot tryRecvSlot() returned (seq 0 when none).
+  // The stamp of the slot tryRecvSlot() returned (seq 0 when none). Where it is a message's,
+  // recvInto() did not apply to it.
   virtual Stamp recvStamp() const = 0;
   // Returns the slot from tryRecvSlot() to the sender.
   virtual void releaseRecv() = 0;

@@ -323,6 +323,30 @@ loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatyp
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream);
 
+/// loomRecvTagged's peer for a receive from any rank.
+#define LOOM_ANY_SOURCE (-1)
+
+/// Sends count elements of host memory to peer as a message tagged tag (any int), matched with
+/// a loomRecvTagged of peer's with that tag from this rank (or from LOOM_ANY_SOURCE); messages
+/// of one tag from one rank are received in the order sent, other tags in any order. Unlike
+/// loomSend's, a message needs no receive posted yet: the send returns once its bytes have left
+/// this process, and the peer keeps a message that comes before its receive (even while the
+/// peer runs collectives) until a receive takes it. A message larger than the connection's
+/// FIFO (LOOM_SLOT_BYTES times its depth) waits until the peer reads, in any operation. Sends
+/// and receives of one loomGroupStart/End run at once, so that pairs exchanging large
+/// messages do not wait on each other. Tagged messages and loomSend/loomRecv do not match each
+/// other. Device memory: loomInvalidArgument.
+loomResult_t loomSendTagged(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                            int tag, loomComm_t comm, loomStream_t stream);
+
+/// Receives the message tagged tag from peer (or the earliest to arrive from any rank, with
+/// peer LOOM_ANY_SOURCE) into count elements at recvbuff. A message of another size than
+/// count elements fails with loomInvalidUsage (and is dropped). source (may be NULL) receives
+/// the sender's rank; on a non-blocking communicator it is written when the operation ends, so
+/// it must stay valid until then, as recvbuff must.
+loomResult_t loomRecvTagged(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                            int tag, int* source, loomComm_t comm, loomStream_t stream);
+
 /// Returns once every rank of comm has entered the barrier.
 loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
 

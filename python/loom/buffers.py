@@ -182,6 +182,11 @@ def group_enter():
         _group.held = []
 
 
+def in_group():
+    """Whether this thread is inside loom.group() (its calls run at the group's end)."""
+    return getattr(_group, "depth", 0) > 0
+
+
 def group_exit():
     """Ends one level of group; at the outermost, releases the held views."""
     _group.depth -= 1

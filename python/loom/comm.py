@@ -5,7 +5,7 @@ import ctypes
 import enum
 
 from . import _lib
-from .buffers import View, group_enter, group_exit, to_dtype
+from .buffers import View, group_enter, group_exit, in_group, to_dtype
 from .errors import LoomError, INVALID_ARGUMENT, check
 
 
@@ -373,17 +373,35 @@ class Communicator:
                                 "the %d of %sbuff" % (side, j, offsets[j] + counts[j], total, side))
         return counts, offsets
 
-    def send(self, buf, peer, *, dtype=None):
-        """Sends buf to peer (matched in order with peer's recv)."""
+    def send(self, buf, peer, *, dtype=None, tag=None):
+        """Sends buf to peer: matched in order with peer's recv, or, with a tag, a message
+        matched by tag (loomSendTagged) that needs no receive posted yet."""
         with View(buf, "sendbuff", writable=False, dtype=dtype) as v:
-            check(self._lib.loomSend(v.address, v.count, v.dtype, self._peer(peer), self._h(),
-                                     None))
+            if tag is None:
+                check(self._lib.loomSend(v.address, v.count, v.dtype, self._peer(peer),
+                                         self._h(), None))
+            else:
+                check(self._lib.loomSendTagged(v.address, v.count, v.dtype, self._peer(peer),
+                                               self._tag(tag), self._h(), None))
 
-    def recv(self, buf, peer, *, dtype=None):
-        """Receives len(buf) elements from peer into buf."""
+    def recv(self, buf, peer=None, *, dtype=None, tag=None):
+        """Receives len(buf) elements into buf: from peer, matched in order with its send; or,
+        with a tag or peer None (any rank), the message of that tag (0 by default) from peer
+        or from any rank (loomRecvTagged). Returns the sender's rank (None for a tagged receive
+        inside loom.group(), which runs at the group's end)."""
         with View(buf, "recvbuff", writable=True, dtype=dtype) as v:
-            check(self._lib.loomRecv(v.address, v.count, v.dtype, self._peer(peer), self._h(),
-                                     None))
+            if tag is None and peer is not None:
+                check(self._lib.loomRecv(v.address, v.count, v.dtype, self._peer(peer),
+                                         self._h(), None))
+                return peer
+            grouped = in_group()
+            source = ctypes.c_int(-1)
+            src = -1 if peer is None else self._peer(peer)  # LOOM_ANY_SOURCE
+            check(self._lib.loomRecvTagged(v.address, v.count, v.dtype, src,
+                                           self._tag(0 if tag is None else tag),
+                                           None if grouped else ctypes.byref(source), self._h(),
+                                           None))
+            return None if grouped else source.value
 
     def barrier(self):
         """Returns once every rank has entered the barrier."""
@@ -401,6 +419,12 @@ class Communicator:
         if not isinstance(root, int) or isinstance(root, bool):
             raise LoomError(INVALID_ARGUMENT, "root: %r is not an int" % (root,))
         return root
+
+    @staticmethod
+    def _tag(tag):
+        if not isinstance(tag, int) or isinstance(tag, bool) or not -2**31 <= tag < 2**31:
+            raise LoomError(INVALID_ARGUMENT, "tag: %r is not a 32-bit int" % (tag,))
+        return tag
 
     @staticmethod
     def _peer(peer):

@@ -130,6 +130,11 @@ c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture() {
 
 std::vector<at::Tensor> LoomWork::result() { return outputs_; }
 
+int LoomWork::sourceRank() const {
+  if (!source_.defined()) return c10d::Work::sourceRank();  // not a receive: torch's error
+  return source_.data_ptr<int>()[0];
+}
+
 // ---- LoomBackend: life ----
 
 LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

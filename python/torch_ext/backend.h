@@ -46,6 +46,10 @@ class LoomWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override { return seq_; }
+  // A receive's sender (recv, recvAnysource), once it has completed.
+  int sourceRank() const override;
+  // Where the receive's sender is written (a one-element int32 tensor the operation keeps).
+  void setSource(at::Tensor source) { source_ = std::move(source); }
 
   // Set once the operation is queued (at once, or at the end of a coalescing block).
   void setTicket(uint64_t ticket, uint64_t seq) {
@@ -64,6 +68,7 @@ class LoomWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::function<void()> epilogue_;
   std::vector<at::Tensor> keep_;  // inputs and staging tensors the operation reads or writes
+  at::Tensor source_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -122,6 +127,7 @@ class LoomBackend : public c10d::Backend {
                 const c10d::AllToAllOptions& opts) override;
   Work send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   Work recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  Work recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   Work barrier(const c10d::BarrierOptions& opts) override;
 
   // For LoomWork.
@@ -146,6 +152,8 @@ class LoomBackend : public c10d::Backend {
   // A sparse (COO) all-reduce, run to completion here: sizes, then indices and values are
   // all-gathered and summed.
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  // recv and recvAnysource (src LOOM_ANY_SOURCE): tagged messages, each tensor one.
+  Work receive(std::vector<at::Tensor>& tensors, int src, int tag);
   void completionLoop();
   void stopCompletion();
 

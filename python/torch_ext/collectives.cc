@@ -534,28 +534,53 @@ WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::
       [recv, outs = outputs]() mutable { unflatten(recv, outs); }, {send, recv});
 }
 
-WorkPtr LoomBackend::send(std::vector<at::Tensor>& tensors, int dst, int) {
+// Sends and receives are Loom's tagged messages: matched by tag (and from any rank for
+// recvAnysource), and a send does not wait for its receive to be posted, as gloo's users expect.
+WorkPtr LoomBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   checkList(tensors, "tensors", Layout::Dense);
   if (dst < 0 || dst >= getSize())
     fail("dst: " + std::to_string(dst) + " is not a rank of this group");
   return enqueue(c10d::OpType::SEND, tensors, [&] {
     grouped([&] {
       for (at::Tensor& t : tensors)
-        check(loomSend(t.data_ptr(), bytes(t), loomUint8, dst, comm_, nullptr), "loomSend");
+        check(loomSendTagged(t.data_ptr(), bytes(t), loomUint8, dst, tag, comm_, nullptr),
+              "loomSendTagged");
     });
   });
 }
 
-WorkPtr LoomBackend::recv(std::vector<at::Tensor>& tensors, int src, int) {
+WorkPtr LoomBackend::receive(std::vector<at::Tensor>& tensors, int src, int tag) {
   checkList(tensors, "tensors", Layout::Dense);
+  if (src == LOOM_ANY_SOURCE && tensors.size() != 1)
+    fail("tensors: a receive from any rank takes one tensor, not " +
+         std::to_string(tensors.size()));
+  // The sender's rank, written by Loom when the receive ends; kept with the work.
+  at::Tensor source = at::full({1}, -1, at::TensorOptions().dtype(at::kInt));
+  std::vector<at::Tensor> keep = tensors;
+  keep.push_back(source);
+  WorkPtr w = enqueue(
+      src == LOOM_ANY_SOURCE ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensors,
+      [&] {
+        grouped([&] {
+          for (at::Tensor& t : tensors)
+            check(loomRecvTagged(t.data_ptr(), bytes(t), loomUint8, src, tag,
+                                 source.data_ptr<int>(), comm_, nullptr),
+                  "loomRecvTagged");
+        });
+      },
+      nullptr, std::move(keep));
+  static_cast<LoomWork*>(w.get())->setSource(source);
+  return w;
+}
+
+WorkPtr LoomBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   if (src < 0 || src >= getSize())
     fail("src: " + std::to_string(src) + " is not a rank of this group");
-  return enqueue(c10d::OpType::RECV, tensors, [&] {
-    grouped([&] {
-      for (at::Tensor& t : tensors)
-        check(loomRecv(t.data_ptr(), bytes(t), loomUint8, src, comm_, nullptr), "loomRecv");
-    });
-  });
+  return receive(tensors, src, tag);
+}
+
+WorkPtr LoomBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return receive(tensors, LOOM_ANY_SOURCE, tag);
 }
 
 WorkPtr LoomBackend::barrier(const c10d::BarrierOptions&) {

@@ -428,13 +428,23 @@ Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t 
   return submit(c, comm);
 }
 
+// A tagged message's own arguments (loomSendTagged, loomRecvTagged).
+struct Tagged {
+  int tag;
+  int* source;
+};
+
+// loomSend and loomRecv, or with `tagged` a tagged message: host memory only (the message
+// engine does not stage device memory), and a receive's peer may be LOOM_ANY_SOURCE.
 Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType_t dt, int peer,
-                    loomComm* h, loomStream_t stream) {
+                    loomComm* h, loomStream_t stream, const Tagged* tagged = nullptr) {
   using namespace loom::api;
+  const char* bufArg = kind == Call::Send ? "sendbuff" : "recvbuff";
   LOOM_ASSIGN(loom::Comm * comm, checkCommon(h, dt));
-  LOOM_CHECK(checkRank(peer, comm->nranks(), "peer"));
+  if (!(tagged != nullptr && kind == Call::Recv && peer == LOOM_ANY_SOURCE))
+    LOOM_CHECK(checkRank(peer, comm->nranks(), "peer"));
   LOOM_CHECK(checkCount(count, 1, dt, "count"));
-  LOOM_CHECK(checkBuf(buf, count, kind == Call::Send ? "sendbuff" : "recvbuff"));
+  LOOM_CHECK(checkBuf(buf, count, bufArg));
   Call c;
   c.kind = kind;
   c.sendbuff = buf;
@@ -444,6 +454,14 @@ Status pointToPoint(Call::Kind kind, const void* buf, size_t count, loomDataType
   c.root = peer;
   c.comm = h;
   c.stream = stream;
+  if (tagged != nullptr) {
+    c.message = true;
+    c.messageTag = tagged->tag;
+    c.source = tagged->source;
+    if (loom::device::involvesDevice(c, comm->nranks()))
+      return LOOM_ERROR(loomInvalidArgument,
+                        std::string(bufArg) + ": device memory; tagged messages move host memory");
+  }
   return submit(c, comm);
 }
 
@@ -860,6 +878,22 @@ loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int
                       loomComm_t comm, loomStream_t stream) {
   return guard("loomRecv", [&] {
     return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream);
+  });
+}
+
+loomResult_t loomSendTagged(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                            int tag, loomComm_t comm, loomStream_t stream) {
+  return guard("loomSendTagged", [&] {
+    const Tagged tagged{tag, nullptr};
+    return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm, stream, &tagged);
+  });
+}
+
+loomResult_t loomRecvTagged(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                            int tag, int* source, loomComm_t comm, loomStream_t stream) {
+  return guard("loomRecvTagged", [&] {
+    const Tagged tagged{tag, source};
+    return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream, &tagged);
   });
 }
 

@@ -77,6 +77,11 @@ struct Call {
   uint64_t seq = 0;
   trace::OpRecord* queued = nullptr;
   uint64_t tag = 0;  // loomCommSetOpTag's, taken when the call was issued (0: none)
+  // A tagged message (loomSendTagged, loomRecvTagged): its tag, and where a receive writes its
+  // sender (root is the peer, or LOOM_ANY_SOURCE).
+  bool message = false;
+  int messageTag = 0;
+  int* source = nullptr;
 };
 
 // The reduction of a call (built-in op or the communicator's PreMulSum).

@@ -327,10 +327,25 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     return Status(prior.code(),
                   comm.describe() + ": communicator failed earlier: " + prior.message());
   std::vector<exec::GroupOp> p2p;
+  std::vector<exec::MessageOp> messages;
   const Call* firstP2P = nullptr;
+  size_t p2pCalls = 0;
   for (const Call& c : calls) {
     if (c.kind == Call::Collective) continue;
     if (firstP2P == nullptr) firstP2P = &c;
+    ++p2pCalls;
+    if (c.message) {
+      exec::MessageOp m;
+      m.isSend = c.kind == Call::Send;
+      m.peer = c.root;
+      m.tag = c.messageTag;
+      m.buf = m.isSend ? const_cast<char*>(static_cast<const char*>(c.sendbuff))
+                       : static_cast<char*>(c.recvbuff);
+      m.bytes = c.count * kernels::typeSize(c.dtype);
+      m.source = c.source;
+      messages.push_back(m);
+      continue;
+    }
     exec::GroupOp o;
     o.isSend = c.kind == Call::Send;
     o.peer = c.root;
@@ -340,26 +355,32 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     p2p.push_back(o);
   }
   Status s;
-  if (!p2p.empty()) {
+  if (firstP2P != nullptr) {
+    // The group's messages, then its plain sends and receives: one operation in the record.
     exec::OpArgs op;
     op.name = "sendrecv";
-    startOp(comm, *firstP2P, op, p2p.size(), loomUint8, 0, -1);
-    bool built = false;
-    Result<const algo::Schedule*> sched = exec::groupSchedule(comm, p2p, &built);
-    if (sched.isOk()) {
-      const algo::Schedule& g = *sched.value();
-      if (built) dumpSchedule(g);
-      std::vector<char*>& bufs = comm.execScratch().groupBufs;
-      bufs.clear();
-      for (const exec::GroupOp& o : p2p) bufs.push_back(o.buf);
-      op.group = bufs.data();
-      if (op.record != nullptr) {
-        op.record->algorithm = g.algorithm;
-        op.record->channels = static_cast<int>(g.channels.size());
+    startOp(comm, *firstP2P, op, p2pCalls, loomUint8, 0, -1);
+    if (!messages.empty()) s = exec::runMessages(comm, messages, op);
+    if (!p2p.empty() && s.isOk()) {
+      bool built = false;
+      Result<const algo::Schedule*> sched = exec::groupSchedule(comm, p2p, &built);
+      if (sched.isOk()) {
+        const algo::Schedule& g = *sched.value();
+        if (built) dumpSchedule(g);
+        std::vector<char*>& bufs = comm.execScratch().groupBufs;
+        bufs.clear();
+        for (const exec::GroupOp& o : p2p) bufs.push_back(o.buf);
+        op.group = bufs.data();
+        if (op.record != nullptr) {
+          op.record->algorithm = g.algorithm;
+          op.record->channels = static_cast<int>(g.channels.size());
+        }
+        s = exec::run(comm, g, op);
+      } else {
+        s = sched.status();
       }
-      s = exec::run(comm, g, op);
-    } else {
-      s = sched.status();
+    } else if (op.record != nullptr) {
+      op.record->algorithm = "messages";
     }
     comm.recorder().end(op.record, s);
     if (s.isOk()) comm.publishCompleted(op.seq);

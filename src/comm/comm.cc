@@ -316,6 +316,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   // reset rather than left open, and no port stays open for the communicator's lifetime.
   c->listener_.reset();
   c->stampsSent_.assign(static_cast<size_t>(nranks), {0, 0});
+  c->inbox_.resize(nranks);
   LOOM_CHECK(syncClock(*c, deadline));
   LOOM_ASSIGN(c->system_, gatherSystem(*c));
   {

@@ -24,6 +24,7 @@
 #include "algorithms/kernels/cpu/reduce.h"
 #include "algorithms/schedule.h"
 #include "bootstrap/bootstrap.h"
+#include "comm/inbox.h"
 #include "loom/loom.h"
 #include "trace/recorder.h"
 #include "transport/memory.h"
@@ -221,6 +222,10 @@ class Comm {
   // PreMulSum reducers made by loomRedOpCreatePreMulSum (op = loomNumOps + index).
   std::vector<std::unique_ptr<kernels::Reducer>>& userOps() { return userOps_; }
 
+  // Tagged messages that arrived before their receive, and the receives waiting (under
+  // opMutex()).
+  Inbox& inbox() { return inbox_; }
+
   trace::FlightRecorder& recorder() { return *recorder_; }
   // Per peer, the (operation, news version) last stamped on a slot to it (exec::ArrivalNews).
   std::vector<std::pair<uint64_t, uint64_t>>* stampsSent() { return &stampsSent_; }
@@ -305,6 +310,7 @@ class Comm {
   std::vector<std::unique_ptr<kernels::Reducer>> userOps_;
   std::unique_ptr<trace::FlightRecorder> recorder_;
   std::vector<std::pair<uint64_t, uint64_t>> stampsSent_;
+  Inbox inbox_;
   uint64_t dumpRequestsSeen_ = 0;
 };
 

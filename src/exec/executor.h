@@ -130,6 +130,22 @@ struct GroupOp {
 Result<const algo::Schedule*> groupSchedule(Comm& comm, const std::vector<GroupOp>& ops,
                                             bool* built = nullptr);
 
+// One side of a tagged message (loomSendTagged, loomRecvTagged). Messages are not schedules: a
+// receive from any rank is matched when a message arrives, by the communicator's inbox
+// (comm/inbox.h), which also keeps messages that came before their receive.
+struct MessageOp {
+  bool isSend = false;
+  int peer = -1;  // a receive's sender, or Inbox::kAnySource
+  int tag = 0;
+  char* buf = nullptr;  // const for sends
+  size_t bytes = 0;
+  int* source = nullptr;  // where a receive writes its sender's rank (may be null)
+};
+// Runs a group's messages together: each send goes out as its connection takes slots (it ends
+// once its bytes have left this process, whether or not the peer has received them), each
+// receive takes its message as it arrives, from the inbox or from the connections.
+Status runMessages(Comm& comm, const std::vector<MessageOp>& ops, const OpArgs& op);
+
 // --- template implementation ---
 
 // A wait looks at a local peer's process (/proc, some microseconds) first this long into the

@@ -157,6 +157,18 @@ class FifoRun {
     }
   }
 
+  // The next slot of a schedule's data from rc (*in null when none has come); the tagged
+  // messages' slots before it go to the communicator's inbox, whose receive may come later.
+  Status nextSlot(transport::Connection* rc, int peer, const void** in, size_t* got) {
+    for (;;) {
+      *in = rc->tryRecvSlot(got);
+      if (*in == nullptr || rc->recvStamp().message == transport::kScheduleData)
+        return Status::ok();
+      LOOM_ASSIGN(size_t taken, comm_.inbox().absorb(rc, peer));
+      (void)taken;
+    }
+  }
+
   // Runs piece p of step st. blocking: waits for its slots; else, where a slot is not there
   // yet, returns with *done false and blockedConn_ / blockedForSend_ naming what it waits for.
   Status piece(const Step& st, size_t i, size_t nsteps, size_t p, size_t pieces, bool blocking,
@@ -178,7 +190,8 @@ class FifoRun {
         blockedForSend_ = true;
         return Status::ok();
       }
-      if (rc != nullptr && (in = rc->tryRecvSlot(&got)) == nullptr) {
+      if (rc != nullptr) LOOM_CHECK(nextSlot(rc, st.recvPeer, &in, &got));
+      if (rc != nullptr && in == nullptr) {
         blockedConn_ = rc;
         blockedForSend_ = false;
         return Status::ok();
@@ -195,9 +208,15 @@ class FifoRun {
         if ((st.op == StepOp::Recv || st.op == StepOp::RecvCopySend) &&
             !sendsOverlap(comm_, dst, bytes) && rc->recvInto(dst, bytes))
           landing_.conn = rc;
+        Status absorbed;
         LOOM_CHECK(waiter_.until(
-            rc, false, [&] { return (in = rc->tryRecvSlot(&got)) != nullptr; },
+            rc, false,
+            [&] {
+              absorbed = nextSlot(rc, st.recvPeer, &in, &got);
+              return in != nullptr || !absorbed.isOk();
+            },
             [&] { return "receiving, " + stepText(st, i, nsteps, p, pieces); }));
+        LOOM_CHECK(absorbed);
       }
       if (got != bytes)
         return LOOM_ERROR(loomInvalidUsage,

@@ -6,8 +6,8 @@
 //
 // Checked besides crashes: the frames delivered, their sizes, payloads and stamps, and the way
 // the stream ends (clean close, a frame larger than a slot, a close in the middle of a frame)
-// match an independent reading of the stream here: a frame is a 40-byte header {uint32 size,
-// uint32 flags, Stamp (32 bytes)} and then size bytes; an empty frame with the top bit of flags
+// match an independent reading of the stream here: a frame is a 56-byte header {uint32 size,
+// uint32 flags, Stamp (48 bytes)} and then size bytes; an empty frame with the top bit of flags
 // set is a goodbye (the peer failed, naming the rank it lost) and ends the stream cleanly.
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -26,7 +26,7 @@ using loom::transport::TcpConnection;
 
 namespace {
 
-constexpr size_t kHeader = 40;
+constexpr size_t kHeader = 56;
 
 struct Frame {
   std::string payload;
@@ -57,7 +57,8 @@ End expectedFrames(const std::string& s, size_t slotBytes, std::vector<Frame>* o
 
 bool sameStamp(const Stamp& a, const Stamp& b) {
   return a.seq == b.seq && a.earliestNs == b.earliestNs && a.latestNs == b.latestNs &&
-         a.earliestRank == b.earliestRank && a.latestRank == b.latestRank;
+         a.earliestRank == b.earliestRank && a.latestRank == b.latestRank &&
+         a.message == b.message && a.tag == b.tag && a.messageBytes == b.messageBytes;
 }
 
 [[noreturn]] void fail(const char* what, size_t frame) {

@@ -147,6 +147,23 @@ def body_send_recv(comm, rank, n, count):
     return list(got)
 
 
+def body_tagged(comm, rank, n, count):
+    # Every other rank sends this rank two tags, the later one first; this rank takes tag 1 from
+    # any rank, then tag 2 from each rank in turn: [(sender, values)] in receive order.
+    for dst in range(n):
+        if dst != rank:
+            for tag in (2, 1):
+                comm.send(array.array("i", [rank * 100 + tag] * count), dst, tag=tag)
+    got = []
+    for tag, peers in ((1, [None] * (n - 1)), (2, [p for p in range(n) if p != rank])):
+        for peer in peers:
+            buf = array.array("i", [-1] * count)
+            source = comm.recv(buf, peer, tag=tag)
+            got.append((tag, source, sorted(set(buf))))
+    comm.barrier()
+    return got
+
+
 def body_tags(comm, rank, n, path):
     # The tagged all-reduce and the untagged one after it, read back from this rank's dump.
     x = array.array("f", [1.0])
@@ -306,6 +323,18 @@ class Collectives(unittest.TestCase):
             for rank in range(n):
                 self.assertEqual(results[rank], [value((rank - 1) % n, i, "B") for i in range(count)])
 
+    def test_tagged_messages_and_any_source(self):
+        count = 3000
+        for n in RANKS:
+            results = run_ranks(n, body_tagged, count)
+            for rank in range(n):
+                others = [p for p in range(n) if p != rank]
+                firsts = results[rank][:n - 1]
+                self.assertEqual(sorted(s for _, s, _ in firsts), others)
+                for tag, source, values in firsts:
+                    self.assertEqual((tag, values), (1, [source * 100 + 1]))
+                self.assertEqual(results[rank][n - 1:], [(2, p, [p * 100 + 2]) for p in others])
+
     def test_op_tags_reach_the_trace(self):
         with tempfile.TemporaryDirectory(prefix="loom_py_tags_") as d:
             results = run_ranks(2, body_tags, os.path.join(d, "rank%d.json"))
@@ -417,6 +446,7 @@ def error_cases():
         "contiguous": lambda: comm.all_reduce(memoryview(array.array("f", [0.0] * 4))[::2]),
         "root": lambda: comm.broadcast(f, root=5),
         "peer": lambda: comm.send(f, 3),
+        "tag": lambda: comm.send(f, 0, tag=2**31),
         "dtype name": lambda: comm.all_reduce(f, dtype="complex64"),
         "not a buffer": lambda: comm.all_reduce([1.0, 2.0]),
         "gather size": lambda: comm.all_gather(f, array.array("f", [0.0])),

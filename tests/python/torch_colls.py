@@ -252,6 +252,24 @@ def check():
                 w.wait()
             c.expect("batch_isend_irecv from prev " + dn, a, val(prev, N, dt, 1))
             c.expect("batch_isend_irecv from next " + dn, b, val(nxt, N, dt, 2))
+            # Tags: two sends to nxt, received in the other order; then one from any rank,
+            # whose sender is named.
+            works = [dist.isend(val(rank, N, dt, 5), nxt, tag=5),
+                     dist.isend(val(rank, N, dt, 6), nxt, tag=6)]
+            g6, g5 = torch.zeros(N, dtype=dt), torch.zeros(N, dtype=dt)
+            dist.recv(g6, prev, tag=6)
+            dist.recv(g5, prev, tag=5)
+            for w in works:
+                w.wait()
+            c.expect("recv by tag " + dn, torch.stack([g5, g6]),
+                     torch.stack([val(prev, N, dt, 5), val(prev, N, dt, 6)]))
+            w = dist.isend(val(rank, N, dt, 7), nxt, tag=7)
+            g = torch.zeros(N, dtype=dt)
+            source = dist.recv(g, tag=7)
+            w.wait()
+            c.expect("recv from any rank %s: sender" % dn, torch.tensor([source]),
+                     torch.tensor([prev]))
+            c.expect("recv from any rank " + dn, g, val(prev, N, dt, 7))
         c.run("send/recv " + dn, p2p)
 
     for dt in (torch.float32, torch.bfloat16):

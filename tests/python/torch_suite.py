@@ -43,11 +43,7 @@ EXPECTED_DIFFERENCES = {
 
 # Tests gloo passes that loom does not yet: capabilities still missing (reported apart, not
 # failing the run).
-KNOWN_GAPS = {
-    "test_send_recv_any_source": "a receive from any source (recv without src)",
-    "test_send_recv_any_source_autograd_profiler": "a receive from any source",
-    "test_send_recv_any_source_torch_profiler": "a receive from any source",
-}
+KNOWN_GAPS = {}
 
 
 def inner(args):

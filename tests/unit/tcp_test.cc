@@ -1,6 +1,6 @@
 // The TCP connection's reader over a real loopback connection, with the peer's side written by
 // hand so that a frame's bytes can arrive in timed pieces. The frame layout is the one
-// transport/tcp/tcp_connection.cc writes: a 40-byte header {uint32 size, uint32 flags, Stamp}
+// transport/tcp/tcp_connection.cc writes: a 56-byte header {uint32 size, uint32 flags, Stamp}
 // and then size bytes.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -23,7 +23,7 @@ using loom::transport::TcpConnection;
 
 namespace {
 
-constexpr size_t kHeader = 40;
+constexpr size_t kHeader = 56;
 constexpr size_t kSlot = 256 << 10;
 
 // A connected loopback pair: `reader` non-blocking (as TcpConnection expects), `writer` blocking.
@@ -56,12 +56,18 @@ void writeAll(int fd, const char* p, size_t n) {
   }
 }
 
-// One frame's bytes: header then a payload of `size` bytes, byte i = i * 7 + 3.
-std::vector<char> frame(uint32_t size, uint64_t seq) {
+// One frame's bytes: header then a payload of `size` bytes, byte i = i * 7 + 3; `message`: the
+// stamp of a tagged message's first slot (tag 9).
+std::vector<char> frame(uint32_t size, uint64_t seq, bool message = false) {
   std::vector<char> f(kHeader + size);
   std::memcpy(f.data(), &size, 4);
   Stamp st;
   st.seq = seq;
+  if (message) {
+    st.message = loom::transport::kMessageHead;
+    st.tag = 9;
+    st.messageBytes = size;
+  }
   std::memcpy(f.data() + 8, &st, sizeof(st));
   for (size_t i = 0; i < size; ++i) f[kHeader + i] = static_cast<char>(i * 7 + 3);
   return f;
@@ -222,6 +228,42 @@ TEST(TcpFrames, RecvIntoLeavesFramesOfOtherSizesInTheirSlots) {
   ASSERT_NE(got, nullptr);
   EXPECT_FALSE(conn->recvInto(dst.data(), 50000)) << "the frame is complete in its slot";
   EXPECT_EQ(std::memcmp(got, c.data() + kHeader, 50000), 0);
+  conn->releaseRecv();
+  close(p.writer);
+}
+
+// A tagged message's frame never lands in the caller's memory (the inbox takes it from its
+// slot), whether its header came before recvInto or after; the schedule's frame behind it does.
+TEST(TcpFrames, RecvIntoLeavesMessagesInTheirSlots) {
+  Pair p;
+  auto conn = std::make_unique<TcpConnection>(1, p.reader, kSlot, 4);
+  const uint32_t size = 3000;
+  std::vector<char> dst(size, 0);
+  const std::vector<char> m1 = frame(size, 0, true), m2 = frame(size, 0, true), d = frame(size, 7);
+  ASSERT_TRUE(conn->recvInto(dst.data(), size));  // before any header
+  writeAll(p.writer, m1.data(), m1.size());
+  size_t bytes = 0;
+  const void* got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(got, dst.data()) << "a message landed in the caller's memory";
+  EXPECT_EQ(conn->recvStamp().message, loom::transport::kMessageHead);
+  EXPECT_EQ(conn->recvStamp().tag, 9);
+  EXPECT_EQ(conn->recvStamp().messageBytes, size);
+  conn->releaseRecv();
+  writeAll(p.writer, m2.data(), kHeader + 10);
+  readAWhile(*conn);
+  EXPECT_FALSE(conn->recvInto(dst.data(), size)) << "its header says it is a message";
+  writeAll(p.writer, m2.data() + kHeader + 10, size - 10);
+  got = readFrame(*conn, &bytes);
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(got, dst.data());
+  conn->releaseRecv();
+  ASSERT_TRUE(conn->recvInto(dst.data(), size));
+  writeAll(p.writer, d.data(), d.size());
+  got = readFrame(*conn, &bytes);
+  ASSERT_EQ(got, dst.data()) << "the schedule's frame did not land in the caller's memory";
+  EXPECT_EQ(std::memcmp(dst.data(), d.data() + kHeader, size), 0);
+  EXPECT_EQ(conn->recvStamp().message, loom::transport::kScheduleData);
   conn->releaseRecv();
   close(p.writer);
 }

@@ -43,6 +43,7 @@ void ShmConnection::postSend(size_t bytes) {
   out_->sizes[posted_ % depth_] = bytes;
   out_->stamps[posted_ % depth_] = next_;
   next_.seq = 0;
+  next_.message = kScheduleData;
   ++posted_;
   // seq_cst store then load: pairs with the receiver's waiting flag (Dekker).
   out_->head.store(posted_, std::memory_order_seq_cst);

@@ -22,7 +22,7 @@ struct FrameHeader {
 };
 constexpr uint32_t kGoodbye = 0x80000000u;
 constexpr size_t kHeader = sizeof(FrameHeader);
-static_assert(kHeader == 40, "recvHeader_ holds one header");
+static_assert(kHeader == 56, "recvHeader_ holds one header");
 // The staging buffer: a receive of up to this many bytes takes any frame of up to
 // kStageBytes - kHeader whole; a longer read goes straight into the slot.
 constexpr size_t kStageBytes = 4096;
@@ -61,6 +61,7 @@ void TcpConnection::postSend(size_t bytes) {
   sendStamps_[posted_ % depth_] = next_;
   sendFrom_[posted_ % depth_] = nullptr;
   next_.seq = 0;
+  next_.message = kScheduleData;
   ++posted_;
 }
 
@@ -97,7 +98,8 @@ bool TcpConnection::recvInto(void* dst, size_t bytes) {
   if (!error_.isOk() || eof_ || filled_ != consumed_ || bytes == 0 || bytes > slotBytes_)
     return false;
   if (recvBytes_ >= kHeader) {
-    if (reinterpret_cast<const FrameHeader*>(recvHeader_)->size != bytes) return false;
+    const FrameHeader* h = reinterpret_cast<const FrameHeader*>(recvHeader_);
+    if (h->size != bytes || h->stamp.message != kScheduleData) return false;
     std::memcpy(dst, recvSlotPtr(filled_), recvBytes_ - kHeader);  // what arrived so far
   }
   into_ = static_cast<char*>(dst);
@@ -107,8 +109,7 @@ bool TcpConnection::recvInto(void* dst, size_t bytes) {
 
 void TcpConnection::cancelRecvInto() {
   // The frame being read, part of it in the caller's memory: that part back into its slot.
-  if (into_ != nullptr && recvBytes_ > kHeader &&
-      reinterpret_cast<const FrameHeader*>(recvHeader_)->size == intoBytes_)
+  if (recvBytes_ > kHeader && landsInto())
     std::memcpy(recvSlotPtr(filled_), into_, recvBytes_ - kHeader);
   into_ = nullptr;
   // Complete frames not released: their bytes back into their slots.
@@ -118,6 +119,13 @@ void TcpConnection::cancelRecvInto() {
     at = nullptr;
   }
 }
+
+bool TcpConnection::landsInto() const {
+  const FrameHeader* h = reinterpret_cast<const FrameHeader*>(recvHeader_);
+  return into_ != nullptr && h->size == intoBytes_ && h->stamp.message == kScheduleData;
+}
+
+char* TcpConnection::bodyDst() { return landsInto() ? into_ : recvSlotPtr(filled_); }
 
 std::string TcpConnection::closedText() const {
   std::string msg = "rank " + std::to_string(peer_) + " closed its TCP connection";
@@ -197,7 +205,7 @@ Status TcpConnection::progress() {
       if (got == size) {
         r = 0;  // empty frame complete; handled below
       } else {
-        r = readSome(bodyDst(size) + got, size - got);
+        r = readSome(bodyDst() + got, size - got);
         if (r == 0) return fail("recv, in the middle of a message", 0);
       }
     }
@@ -220,7 +228,7 @@ Status TcpConnection::progress() {
     if (recvBytes_ >= kHeader && recvBytes_ == kHeader + h->size) {
       recvSizes_[filled_ % depth_] = h->size;
       recvStamps_[filled_ % depth_] = h->stamp;
-      recvAt_[filled_ % depth_] = bodyDst(h->size) == into_ ? into_ : nullptr;
+      recvAt_[filled_ % depth_] = landsInto() ? into_ : nullptr;
       into_ = nullptr;
       ++filled_;
       recvBytes_ = 0;

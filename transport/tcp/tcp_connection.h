@@ -75,9 +75,10 @@ class TcpConnection final : public Connection {
   char* sendSlotPtr(uint64_t i) { return sendBuf_.data() + (i % depth_) * slotBytes_; }
   char* recvSlotPtr(uint64_t i) { return recvBuf_.data() + (i % depth_) * slotBytes_; }
   // Where frame filled_'s body of `size` bytes goes: the caller's memory (recvInto), else its slot.
-  char* bodyDst(uint32_t size) {
-    return into_ != nullptr && size == intoBytes_ ? into_ : recvSlotPtr(filled_);
-  }
+  char* bodyDst();
+  // Whether the frame whose header was read lands in the caller's memory: a schedule's slot of
+  // the size recvInto() asked for (a message's slots go to the receiver's inbox).
+  bool landsInto() const;
 
   int peer_;
   int fd_;
@@ -96,7 +97,7 @@ class TcpConnection final : public Connection {
   size_t sentBytes_ = 0;            // of frame sent_ (header included)
   uint64_t filled_ = 0, consumed_ = 0;   // receive FIFO: complete frames, released
   size_t recvBytes_ = 0;                 // of frame filled_ (header included)
-  alignas(8) char recvHeader_[40] = {};  // the frame header being read
+  alignas(8) char recvHeader_[56] = {};  // the frame header being read
   std::vector<char> stage_;              // bytes read ahead of the frame being filled
   size_t stageBeg_ = 0, stageEnd_ = 0;
   size_t lowat_ = 1;      // the socket's SO_RCVLOWAT
