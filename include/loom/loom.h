@@ -219,7 +219,10 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 
 /// Per-operation completion on a non-blocking communicator (config->blocking = 0). Each
 /// operation queued on it has a ticket, 1, 2, ... in the order they run (its initialisation
-/// is 1); operations finish in ticket order. May be called from any thread.
+/// is 1); operations finish in ticket order, except a tagged receive (loomRecvTagged) whose
+/// message has not come when its turn runs: it waits aside, finishing when its message
+/// arrives, and the operations after it go on (so a receive posted before the send that
+/// answers it does not wait on that send). May be called from any thread.
 /// @param ticket receives the ticket of the last operation queued on comm: called right after
 ///        a call that returned loomInProgress (a collective, a send or receive outside a group,
 ///        or loomGroupEnd for a group's calls on comm), it names that call's operation. 0 on a

@@ -16,7 +16,40 @@ constexpr int64_t kWaitSpinNs = 20000;
 // The worker's timer slack: its timed sleeps end within this of their deadline (the kernel's
 // default of 50 us would double kPollNs).
 constexpr unsigned long kWorkerTimerSlackNs = 5000;
+// The task this thread runs (runTask), for keepCurrent().
+struct Current {
+  AsyncWorker* worker = nullptr;
+  uint64_t ticket = 0;
+};
+thread_local Current tCurrent;
 }  // namespace
+
+bool AsyncWorker::inTask() { return tCurrent.worker != nullptr; }
+
+uint64_t AsyncWorker::keepCurrent(int parts) {
+  AsyncWorker* w = tCurrent.worker;
+  std::lock_guard<std::mutex> lock(w->m_);
+  w->kept_[tCurrent.ticket] += parts;
+  return tCurrent.ticket;
+}
+
+void AsyncWorker::finishKept(uint64_t ticket, const Status& result) {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = kept_.find(ticket);
+  if (it == kept_.end()) return;  // dropped by an abort meanwhile
+  if (!result.isOk()) {
+    if (error_.isOk()) error_ = result;
+    failed_.emplace(ticket, result);  // the operation's first failure
+  }
+  if (--it->second > 0) return;  // another part of the operation still waits
+  kept_.erase(it);
+  wakeSleepers();
+}
+
+void AsyncWorker::setProgress(std::function<void(int64_t untilNs)> progress) {
+  std::lock_guard<std::mutex> lock(m_);
+  if (!progress_) progress_ = std::move(progress);
+}
 
 AsyncWorker::AsyncWorker(int rank) : thread_([this, rank] { run(rank); }) {}
 
@@ -48,7 +81,7 @@ uint64_t AsyncWorker::post(std::function<Status()> task) {
 
 bool AsyncWorker::busy() const {
   std::lock_guard<std::mutex> lock(m_);
-  return running_ || !queue_.empty();
+  return running_ || !queue_.empty() || !kept_.empty();
 }
 
 Status AsyncWorker::error() const {
@@ -70,7 +103,7 @@ void AsyncWorker::wakeSleepers() const {
 
 bool AsyncWorker::waitIdle(int64_t deadlineNs) const {
   std::unique_lock<std::mutex> lock(m_);
-  while (running_ || !queue_.empty()) {
+  while (running_ || !queue_.empty() || !kept_.empty()) {
     if (deadlineNs - nowNs() <= 0) return false;
     sleepUntil(lock, deadlineNs);
   }
@@ -85,13 +118,23 @@ void AsyncWorker::enterWait() {
 Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
   const int64_t spinUntil = std::min(deadlineNs, nowNs() + kWaitSpinNs);
   std::unique_lock<std::mutex> lock(m_);
-  while (done_.load(std::memory_order_relaxed) < ticket) {
+  while (!isDone(ticket)) {
+    const bool kept = done_.load(std::memory_order_relaxed) >= ticket;
     // The waiting thread runs the task itself when the worker has not taken it yet (it is next,
     // and nothing runs): a caller that waits at once pays no hand-over to the worker thread.
-    if (mayRun && !running_ && !stopping_ && !queue_.empty() && queue_.front().ticket <= ticket) {
+    // Waiting for a kept operation, it runs whatever is queued, then moves the kept work.
+    if (mayRun && !running_ && !stopping_ && !queue_.empty() &&
+        (kept || queue_.front().ticket <= ticket)) {
       Task task = std::move(queue_.front());
       queue_.pop_front();
       runTask(task, lock, false);
+      continue;
+    }
+    if (mayRun && kept && progress_ && deadlineNs > nowNs()) {
+      std::function<void(int64_t)> progress = progress_;
+      lock.unlock();
+      progress(std::min(deadlineNs, nowNs() + kPollNs));
+      lock.lock();
       continue;
     }
     // A caller that will not run the task (a bounded wait, a test) has the worker take it now,
@@ -114,7 +157,7 @@ Status AsyncWorker::wait(uint64_t ticket, int64_t deadlineNs, bool mayRun) {
     sleepUntil(lock, deadlineNs);
   }
   Status s;
-  if (done_.load(std::memory_order_relaxed) < ticket) {
+  if (!isDone(ticket)) {
     s = inProgress();
   } else {
     auto it = failed_.find(ticket);
@@ -128,6 +171,7 @@ void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock, bool b
   running_ = true;
   lock.unlock();
   Status s;
+  tCurrent = {this, task.ticket};
   try {
     s = task.run();
   } catch (const std::exception& e) {
@@ -135,6 +179,7 @@ void AsyncWorker::runTask(Task& task, std::unique_lock<std::mutex>& lock, bool b
   } catch (...) {
     s = LOOM_ERROR(loomInternalError, "internal error (unknown exception)");
   }
+  tCurrent = {};
   task.run = nullptr;
   lock.lock();
   running_ = false;
@@ -161,6 +206,11 @@ void AsyncWorker::close(bool drop) {
                                      "operation dropped: the communicator was "
                                      "aborted before it ran");
     queue_.clear();
+    for (const auto& [t, parts] : kept_)
+      failed_[t] = LOOM_ERROR(loomRemoteError,
+                              "operation dropped: the communicator was aborted while its "
+                              "receive waited for its message");
+    kept_.clear();
     if (!running_) advanceDone();
   }
   sleep_ = Sleep::Awake;
@@ -192,8 +242,21 @@ void AsyncWorker::run(int rank) {
       }
       sleep_ = Sleep::Due;
       workCv_.wait_for(lock, std::chrono::nanoseconds(due - now));
-    } else if (stopping_ && queue_.empty()) {
+    } else if (stopping_ && queue_.empty() && kept_.empty()) {
       return;
+    } else if (!kept_.empty() && progress_) {
+      // Kept operations: one look now and then (a waiter moves them faster), the core given up
+      // between looks.
+      if (!running_) {
+        std::function<void(int64_t)> progress = progress_;
+        lock.unlock();
+        progress(nowNs());
+        lock.lock();
+      }
+      if (!kept_.empty() && (running_ || queue_.empty())) {
+        sleep_ = Sleep::Polling;
+        workCv_.wait_for(lock, std::chrono::nanoseconds(kPollNs));
+      }
     } else if (running_ || now - lastPostNs_ < kIdleNs) {  // busy: look again in kPollNs
       sleep_ = Sleep::Polling;
       workCv_.wait_for(lock, std::chrono::nanoseconds(kPollNs));

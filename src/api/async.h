@@ -4,7 +4,8 @@
 // Contract. post() queues a task, numbers it with a ticket (1, 2, ... in queue
 // order) and returns at once; the C call that posted it returns loomInProgress.
 // Tasks run one at a time, in ticket order, so "ticket t is done" means every
-// earlier one is too. A thread in wait(t) for as long as the communicator's
+// earlier one is too, except kept operations (below), which end after their
+// task. A thread in wait(t) for as long as the communicator's
 // timeout runs the next task itself when nothing runs yet, so a caller that
 // waits at once pays no hand-over to another thread. The worker thread runs
 // every task nobody waits for: it takes a task once it has been queued for
@@ -16,7 +17,7 @@
 // at once; a wait that will not run its task itself (a bounded wait, a test)
 // wakes the worker to take it at once. wait(t) returns task t's own result (kept for every failed
 // task until the worker is destroyed), or loomInProgress once its deadline
-// passes. busy() is true while a task is queued or running; error() is the
+// passes. busy() is true while a task is queued, running or kept (below); error() is the
 // first task's failure (later tasks still run: each one checks the
 // communicator's stored error first, as a blocking call would). close() takes
 // no more tasks and either leaves the queue to run at once (drop = false:
@@ -70,6 +71,19 @@ class AsyncWorker {
   // communicator's timeout, which bounds every task), it runs the tasks up to `ticket` that
   // the worker has not taken. Leaves the wait entered by enterWait().
   Status wait(uint64_t ticket, int64_t deadlineNs, bool mayRun);
+  // Kept operations: a task whose operation goes on after it returns (a tagged receive still
+  // waiting for its message, kept by the communicator's inbox) calls keepCurrent() while it
+  // runs; its ticket is then done only once finishKept(ticket, result) is called, while the
+  // tasks after it run. progress (set by such a task, before it returns) moves kept work: one
+  // look when untilNs has passed, else waiting for news until then. The worker calls it every
+  // kPollNs while kept work remains; a thread in wait() (mayRun) for a kept ticket runs the
+  // queued tasks first (the message may answer one of them), then calls it.
+  static bool inTask();
+  // Keeps `parts` pieces of the running task's operation (each finished by one finishKept);
+  // returns its ticket.
+  static uint64_t keepCurrent(int parts);
+  void finishKept(uint64_t ticket, const Status& result);
+  void setProgress(std::function<void(int64_t untilNs)> progress);
   // Takes no more tasks; drop: the queued ones fail with loomRemoteError and never run.
   void close(bool drop);
   // close(drop), then joins the worker thread and waits for every waiter to leave.
@@ -94,6 +108,10 @@ class AsyncWorker {
   void runTask(Task& task, std::unique_lock<std::mutex>& lock, bool byWorker);
   // Under m_: marks every ticket up to the first still queued as done.
   void advanceDone();
+  // Under m_: whether ticket's operation has ended (ran, and is not kept).
+  bool isDone(uint64_t ticket) const {
+    return done_.load(std::memory_order_relaxed) >= ticket && kept_.count(ticket) == 0;
+  }
   // Under m_ (held by lock): sleeps on doneCv_ until woken or deadlineNs; wakeSleepers() wakes
   // every such sleeper (a no-op when there is none).
   void sleepUntil(std::unique_lock<std::mutex>& lock, int64_t deadlineNs) const;
@@ -116,8 +134,10 @@ class AsyncWorker {
   mutable int sleepers_ = 0;  // threads asleep on doneCv_
   Status error_;
   std::map<uint64_t, Status> failed_;  // results of the tasks that failed (or were dropped)
-  std::atomic<uint64_t> posted_{0};    // written under m_
-  std::atomic<uint64_t> done_{0};      // tickets <= done_ are finished; written under m_
+  std::map<uint64_t, int> kept_;       // tickets whose operation goes on: its parts left
+  std::function<void(int64_t)> progress_;
+  std::atomic<uint64_t> posted_{0};  // written under m_
+  std::atomic<uint64_t> done_{0};    // tickets <= done_ are finished; written under m_
   std::thread thread_;
 };
 

@@ -321,6 +321,39 @@ Status runCollective(Comm& comm, const Call& c) {
   return s;
 }
 
+// Moves a non-blocking communicator's kept receives (exec::progressKept) until untilNs, under
+// the operation lock: each that ends ends its operation's record and ticket; a failure fails
+// the communicator, as it would have had the operation waited.
+void progressKept(Comm& comm, loomComm* h, int64_t untilNs) {
+  AsyncWorker* worker = h->worker.get();
+  exec::progressKept(comm, untilNs, [&](const Inbox::Receive& r, const Status& s) {
+    if (r.record != nullptr && r.record->seq.get() == r.seq) comm.recorder().end(r.record, s);
+    worker->finishKept(r.ticket, s);
+    if (!s.isOk() && s.code() != loomInvalidArgument) {
+      LOOM_WARN(kExec, "%s", s.message().c_str());
+      comm.fail(s);
+    }
+  });
+}
+
+// The receives runMessages just kept take the running task's ticket; from now on the worker
+// (and whoever waits for that ticket) moves them.
+void keepReceives(Comm& comm, loomComm* h) {
+  int parts = 0;
+  for (const Inbox::Receive& r : comm.inbox().kept()) parts += r.ticket == 0;
+  const uint64_t ticket = AsyncWorker::keepCurrent(parts);
+  for (Inbox::Receive& r : comm.inbox().kept())
+    if (r.ticket == 0) r.ticket = ticket;
+  h->worker->setProgress([&comm, h](int64_t untilNs) {
+    std::unique_lock<std::mutex> lock(comm.opMutex(), std::defer_lock);
+    if (untilNs > nowNs())
+      lock.lock();  // a waiter: after the operation that runs
+    else if (!lock.try_lock())
+      return;  // the worker's look: an operation runs, and looks itself when it ends
+    progressKept(comm, h, untilNs);
+  });
+}
+
 Status runLocked(Comm& comm, const std::vector<Call>& calls) {
   Status prior = comm.asyncError();
   if (!prior.isOk())
@@ -360,7 +393,15 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     exec::OpArgs op;
     op.name = "sendrecv";
     startOp(comm, *firstP2P, op, p2pCalls, loomUint8, 0, -1);
-    if (!messages.empty()) s = exec::runMessages(comm, messages, op);
+    bool kept = false;
+    if (!messages.empty()) {
+      s = exec::runMessages(comm, messages, op, AsyncWorker::inTask());
+      if (s.code() == loomInProgress) {  // receives kept: the operation ends when they do
+        keepReceives(comm, firstP2P->comm);
+        kept = true;
+        s = Status::ok();
+      }
+    }
     if (!p2p.empty() && s.isOk()) {
       bool built = false;
       Result<const algo::Schedule*> sched = exec::groupSchedule(comm, p2p, &built);
@@ -382,13 +423,16 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
     } else if (op.record != nullptr) {
       op.record->algorithm = "messages";
     }
-    comm.recorder().end(op.record, s);
-    if (s.isOk()) comm.publishCompleted(op.seq);
+    if (!kept || !s.isOk()) comm.recorder().end(op.record, s);
+    if (s.isOk() && !kept) comm.publishCompleted(op.seq);
   }
   for (const Call& c : calls) {
     if (!s.isOk()) break;
     if (c.kind == Call::Collective) s = runCollective(comm, c);
   }
+  // Receives kept earlier may have got their messages meanwhile (the executor hands messages to
+  // the inbox): their operations end now.
+  if (exec::hasKept(comm) && AsyncWorker::inTask()) progressKept(comm, calls[0].comm, 0);
   if (!s.isOk() && s.code() != loomInvalidArgument) {
     LOOM_WARN(kExec, "%s", s.message().c_str());
     comm.fail(s);

@@ -25,6 +25,7 @@ void Inbox::mismatch(Want* w, int peer, size_t bytes) {
 }
 
 void Inbox::finish(Want* w, std::list<Stored>::iterator s) {
+  w->from = stored_.end();
   if (s->data.size() != w->bytes) {
     mismatch(w, s->peer, s->data.size());
   } else {
@@ -59,11 +60,18 @@ void Inbox::post(Want* w) {
 
 void Inbox::unpost(Want* w) {
   wants_.erase(std::remove(wants_.begin(), wants_.end(), w), wants_.end());
-  if (w->done) return;
-  if (w->matched && w->from != stored_.end()) w->from->want = nullptr;  // for a later receive
+  if (w->from != stored_.end()) {  // matched to a stored message still arriving
+    w->from->want = nullptr;       // it waits for a later receive
+    w->from = stored_.end();
+  }
   for (size_t peer = 0; peer < reading_.size(); ++peer) {
     Reading& r = reading_[peer];
     if (r.want != w) continue;
+    if (w->done) {  // failed while its message arrived: the rest of it is read and dropped
+      r.want = nullptr;
+      r.discard = true;
+      continue;
+    }
     // Half of its message is in w's buffer: the rest goes to the store, with what came so far.
     Stored s;
     s.peer = static_cast<int>(peer);
@@ -119,9 +127,8 @@ Result<size_t> Inbox::absorb(transport::Connection* c, int peer) {
   Reading& r = reading_[static_cast<size_t>(peer)];
   size_t taken = 0;
   auto broken = [&](const std::string& what) {
-    return LOOM_ERROR(loomInternalError,
-                      "rank " + std::to_string(peer) + "'s connection: " + what +
-                          " (do both ranks run the same version of Loom?)");
+    return LOOM_ERROR(loomInternalError, "rank " + std::to_string(peer) + "'s connection: " + what +
+                                             " (do both ranks run the same version of Loom?)");
   };
   for (;;) {
     size_t got = 0;

@@ -21,6 +21,7 @@
 #include <list>
 #include <vector>
 
+#include "trace/recorder.h"
 #include "transport/transport.h"
 #include "util/status.h"
 
@@ -39,13 +40,27 @@ class Inbox {
     char* buf = nullptr;
     size_t bytes = 0;
     bool done = false;
-    int source = -1;  // the sender, once matched
-    Status error;     // done with this error: the message that matched was of another size
-    bool matched = false;              // its message is on its way (or stored, still arriving)
+    int source = -1;       // the sender, once matched
+    Status error;          // done with this error: the message that matched was of another size
+    bool matched = false;  // its message is on its way (or stored, still arriving)
     std::list<Stored>::iterator from;  // that stored message, when it is one
   };
 
+  // A receive of a message run (exec/messages.h), with what it needs once its operation has
+  // ended before its message came (a non-blocking communicator's receive, kept()): its ticket,
+  // its record and its deadline.
+  struct Receive {
+    Want want;
+    int* source = nullptr;  // where the sender's rank goes (may be null)
+    uint64_t ticket = 0;    // the worker's ticket, once kept
+    uint64_t seq = 0;
+    trace::OpRecord* record = nullptr;
+    int64_t deadlineNs = 0;
+  };
+
   void resize(int nranks);
+  // Receives still waiting after their operation ended, in the order they were posted.
+  std::list<Receive>& kept() { return kept_; }
 
   // Registers a receive. It takes the earliest stored message that matches, finishing at once
   // when that one is whole; else the next matching message that arrives, in post order among
@@ -95,6 +110,7 @@ class Inbox {
 
   std::list<Stored> stored_;  // in arrival order
   std::vector<Want*> wants_;  // in post order
+  std::list<Receive> kept_;
   std::vector<Reading> reading_;
 };
 

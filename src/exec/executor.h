@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,8 +144,19 @@ struct MessageOp {
 };
 // Runs a group's messages together: each send goes out as its connection takes slots (it ends
 // once its bytes have left this process, whether or not the peer has received them), each
-// receive takes its message as it arrives, from the inbox or from the connections.
-Status runMessages(Comm& comm, const std::vector<MessageOp>& ops, const OpArgs& op);
+// receive takes its message as it arrives, from the inbox or from the connections. With
+// mayKeep (a non-blocking communicator's operation), once the sends are out and nothing more
+// arrives, the receives still waiting are kept by the inbox (Inbox::kept(): they get the
+// operation's ticket from the caller) and it returns Status(loomInProgress): the operation ends
+// when they do, while the operations after it run.
+Status runMessages(Comm& comm, const std::vector<MessageOp>& ops, const OpArgs& op,
+                   bool mayKeep = false);
+// Whether receives are kept; moves them (one look, then waits for news until untilNs) and
+// calls finish for each that is done, failed, or past its deadline (then drops it). Under the
+// operation lock.
+bool hasKept(Comm& comm);
+void progressKept(Comm& comm, int64_t untilNs,
+                  const std::function<void(const Inbox::Receive&, const Status&)>& finish);
 
 // --- template implementation ---
 

@@ -5,7 +5,8 @@
 // connection's FIFO; a group of large exchanges, and a ring of large sends each before its
 // receive, which would deadlock if a waiting send did not read; messages to
 // the rank itself; a size mismatch, bad arguments, a receive from a dead rank and one from any
-// rank once every other has left refused by name. Every value is checked against what the sender put in, computed here independently.
+// rank once every other has left refused by name. Every value is checked against what the sender
+// put in, computed here independently.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -39,14 +40,14 @@ long firstWrong(const std::vector<int32_t>& got, int from, int tag) {
   return -1;
 }
 
-#define EXPECT_MSG(got, from, tag)                                                       \
-  do {                                                                                   \
-    long bad_ = firstWrong(got, from, tag);                                              \
-    if (bad_ >= 0) {                                                                     \
-      fprintf(stderr, "rank %d: message from %d tagged %d wrong at %ld: %d\n", ctx.rank, \
-              from, tag, bad_, got[static_cast<size_t>(bad_)]);                          \
-      return 1;                                                                          \
-    }                                                                                    \
+#define EXPECT_MSG(got, from, tag)                                                             \
+  do {                                                                                         \
+    long bad_ = firstWrong(got, from, tag);                                                    \
+    if (bad_ >= 0) {                                                                           \
+      fprintf(stderr, "rank %d: message from %d tagged %d wrong at %ld: %d\n", ctx.rank, from, \
+              tag, bad_, got[static_cast<size_t>(bad_)]);                                      \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
 LaunchOptions options(int nranks, bool shm) {
@@ -75,8 +76,8 @@ int tagsRank(RankContext& ctx) {
       for (int tag : {2, 2, 1, 1}) {
         std::vector<int32_t> got(count, -1);
         int source = -1;
-        CHECK_LOOM(loomRecvTagged(got.data(), count, loomInt32, 0, tag, &source, ctx.comm,
-                                  nullptr));
+        CHECK_LOOM(
+            loomRecvTagged(got.data(), count, loomInt32, 0, tag, &source, ctx.comm, nullptr));
         EXPECT_MSG(got, 0, tag + (count > 10 ? 10 : 0));
         if (source != 0) return 1;
       }
@@ -107,8 +108,8 @@ int anySourceRank(RankContext& ctx) {
     for (int k = 0; k < 2 * (n - 1); ++k) {
       std::vector<int32_t> got(count, -1);
       int source = -1;
-      CHECK_LOOM(loomRecvTagged(got.data(), count, loomInt32, LOOM_ANY_SOURCE, 5, &source,
-                                ctx.comm, nullptr));
+      CHECK_LOOM(loomRecvTagged(got.data(), count, loomInt32, LOOM_ANY_SOURCE, 5, &source, ctx.comm,
+                                nullptr));
       if (source < 0 || source >= n || source == ctx.rank) {
         fprintf(stderr, "rank %d: any-source receive named rank %d\n", ctx.rank, source);
         return 1;
@@ -144,8 +145,8 @@ int beforeCollectiveRank(RankContext& ctx) {
       std::vector<int32_t> m = message(0, 9, count);
       CHECK_LOOM(loomSendTagged(m.data(), count, loomInt32, 1, 9, ctx.comm, nullptr));
     }
-    CHECK_LOOM(loomAllReduce(in.data(), out.data(), reduceCount, loomFloat32, loomSum, ctx.comm,
-                             nullptr));
+    CHECK_LOOM(
+        loomAllReduce(in.data(), out.data(), reduceCount, loomFloat32, loomSum, ctx.comm, nullptr));
     if (ctx.rank == 1) {
       CHECK_LOOM(loomRecvTagged(got.data(), count, loomInt32, 0, 9, nullptr, ctx.comm, nullptr));
       EXPECT_MSG(got, 0, 9);
@@ -183,8 +184,7 @@ int groupExchangeRank(RankContext& ctx) {
   for (int r = 0; r < n; ++r) {
     ins[static_cast<size_t>(r)].assign(count, -1);
     CHECK_LOOM(loomRecvTagged(ins[static_cast<size_t>(r)].data(), count, loomInt32, r,
-                              100 + ctx.rank, &sources[static_cast<size_t>(r)], ctx.comm,
-                              nullptr));
+                              100 + ctx.rank, &sources[static_cast<size_t>(r)], ctx.comm, nullptr));
   }
   CHECK_LOOM(loomGroupEnd());
   for (int r = 0; r < n; ++r) {
@@ -217,6 +217,102 @@ TEST(TaggedMessages, RingOfLargeSendsBeforeReceivesDoesNotDeadlock) {
   for (bool shm : {true, false}) expectPassed(launch(options(3, shm), ringOfLargeSendsRank));
 }
 
+// A non-blocking communicator (the torch backend's), its initialisation waited for.
+loomResult_t initNonBlocking(RankContext& ctx) {
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  loomResult_t r = loomGetUniqueId(&ctx.id);
+  if (r == loomSuccess) r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &cfg);
+  return r == loomInProgress ? loomCommWaitTicket(ctx.comm, 1, -1) : r;
+}
+
+uint64_t lastTicket(loomComm_t comm) {
+  uint64_t t = 0;
+  return loomCommLastTicket(comm, &t) == loomSuccess ? t : 0;
+}
+
+// On a non-blocking communicator a receive waiting for its message does not hold up the
+// operations queued after it. Every rank queues a receive from its previous rank, then an
+// all-reduce, then the send to its next rank: the all-reduce's ticket is done while the
+// receive's is not (its message comes with the send after it, which rank 0 holds back until
+// rank 1 has looked), then the receive's, for a message of one slot and one of 64; then a
+// group of two receives, whose ticket waits for both.
+int keptRank(RankContext& ctx) {
+  CHECK_LOOM(initNonBlocking(ctx));
+  const int n = ctx.nranks;
+  const int nxt = (ctx.rank + 1) % n, prev = (ctx.rank + n - 1) % n;
+  for (size_t count : {size_t{100}, size_t{65536}}) {
+    std::vector<int32_t> m = message(ctx.rank, 21, count), got(count, -1);
+    std::vector<float> x(1000, static_cast<float>(ctx.rank + 1)), sum(1000, 0.0f);
+    int source = -1;
+    CHECK_LOOM(loomRecvTagged(got.data(), count, loomInt32, prev, 21, &source, ctx.comm, nullptr) ==
+                       loomInProgress
+                   ? loomSuccess
+                   : loomInternalError);
+    const uint64_t recvTicket = lastTicket(ctx.comm);
+    (void)loomAllReduce(x.data(), sum.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr);
+    const uint64_t sumTicket = lastTicket(ctx.comm);
+    CHECK_LOOM(loomCommWaitTicket(ctx.comm, sumTicket, -1));
+    const float want = static_cast<float>(n * (n + 1) / 2);
+    if (sum[0] != want || sum[999] != want) {
+      fprintf(stderr, "rank %d: sum %g\n", ctx.rank, sum[0]);
+      return 1;
+    }
+    // Rank 0 sends rank 1's message only once rank 1 has seen its receive still waiting.
+    const uint32_t step = count > 100 ? 2 : 1;
+    if (ctx.rank == 1) {
+      if (loomCommWaitTicket(ctx.comm, recvTicket, 0) != loomInProgress) {
+        fprintf(stderr, "rank 1: the receive ended before its message was sent\n");
+        return 1;
+      }
+      ctx.shared->flag.store(step);
+    }
+    const double t0 = nowSeconds();
+    while (ctx.rank == 0 && ctx.shared->flag.load() < step && nowSeconds() - t0 < 30) usleep(100);
+    (void)loomSendTagged(m.data(), count, loomInt32, nxt, 21, ctx.comm, nullptr);
+    CHECK_LOOM(loomCommWaitTicket(ctx.comm, lastTicket(ctx.comm), -1));
+    CHECK_LOOM(loomCommWaitTicket(ctx.comm, recvTicket, -1));
+    EXPECT_MSG(got, prev, 21);
+    if (source != prev) return 1;
+  }
+  // Two receives kept by one group: its ticket ends only once both have their messages. The
+  // one from the previous rank comes at once; the one from the next rank once every rank has
+  // seen its group still waiting.
+  const size_t count = 3000;
+  std::vector<int32_t> a(count, -1), b(count, -1);
+  std::vector<int32_t> toNext = message(ctx.rank, 31, count), toPrev = message(ctx.rank, 32, count);
+  CHECK_LOOM(loomGroupStart());
+  (void)loomRecvTagged(a.data(), count, loomInt32, prev, 31, nullptr, ctx.comm, nullptr);
+  (void)loomRecvTagged(b.data(), count, loomInt32, nxt, 32, nullptr, ctx.comm, nullptr);
+  CHECK_LOOM(loomGroupEnd() == loomInProgress ? loomSuccess : loomInternalError);
+  const uint64_t both = lastTicket(ctx.comm);
+  (void)loomSendTagged(toNext.data(), count, loomInt32, nxt, 31, ctx.comm, nullptr);
+  CHECK_LOOM(loomCommWaitTicket(ctx.comm, lastTicket(ctx.comm), -1));
+  usleep(100000);  // the message from the previous rank lands meanwhile
+  if (loomCommWaitTicket(ctx.comm, both, 0) != loomInProgress) {
+    fprintf(stderr, "rank %d: the group ended with one of its receives waiting\n", ctx.rank);
+    return 1;
+  }
+  ctx.shared->counter.fetch_add(1);
+  const double t0 = nowSeconds();
+  while (ctx.shared->counter.load() < static_cast<uint32_t>(n) && nowSeconds() - t0 < 30)
+    usleep(100);
+  (void)loomSendTagged(toPrev.data(), count, loomInt32, prev, 32, ctx.comm, nullptr);
+  CHECK_LOOM(loomCommWaitTicket(ctx.comm, both, -1));
+  EXPECT_MSG(a, prev, 31);
+  EXPECT_MSG(b, nxt, 32);
+  CHECK_LOOM(loomCommWaitTicket(ctx.comm, lastTicket(ctx.comm), -1));
+  return 0;
+}
+
+TEST(TaggedMessages, AKeptReceiveDoesNotHoldUpLaterOperations) {
+  for (bool shm : {true, false}) {
+    LaunchOptions o = options(3, shm);
+    o.initComm = false;
+    expectPassed(launch(o, keptRank));
+  }
+}
+
 // Refusals: bad arguments name the argument and queue nothing; a receive from itself with no
 // message to itself; a message of the wrong size fails the receive, naming both sizes.
 int refusalsRank(RankContext& ctx) {
@@ -224,8 +320,7 @@ int refusalsRank(RankContext& ctx) {
   auto expect = [&](loomResult_t got, loomResult_t want, const char* needle) {
     if (got != want || strstr(loomGetLastError(nullptr), needle) == nullptr) {
       fprintf(stderr, "rank %d: got %s (%s), expected %s naming '%s'\n", ctx.rank,
-              loomGetErrorString(got), loomGetLastError(nullptr), loomGetErrorString(want),
-              needle);
+              loomGetErrorString(got), loomGetLastError(nullptr), loomGetErrorString(want), needle);
       return false;
     }
     return true;
@@ -252,9 +347,8 @@ int refusalsRank(RankContext& ctx) {
   if (y[0] != 3 || y[1] != 4) return 1;
   // Rank 0 sends 4 elements where rank 1 receives 3.
   if (ctx.rank == 0) CHECK_LOOM(loomSendTagged(x, 4, loomInt32, 1, 6, ctx.comm, nullptr));
-  if (ctx.rank == 1 &&
-      !expect(loomRecvTagged(y, 3, loomInt32, 0, 6, nullptr, ctx.comm, nullptr),
-              loomInvalidUsage, "16 bytes tagged 6 to a receive of 12"))
+  if (ctx.rank == 1 && !expect(loomRecvTagged(y, 3, loomInt32, 0, 6, nullptr, ctx.comm, nullptr),
+                               loomInvalidUsage, "16 bytes tagged 6 to a receive of 12"))
     return 1;
   return 0;
 }

@@ -270,6 +270,16 @@ def check():
             c.expect("recv from any rank %s: sender" % dn, torch.tensor([source]),
                      torch.tensor([prev]))
             c.expect("recv from any rank " + dn, g, val(prev, N, dt, 7))
+            # Receives posted before the sends that answer them, with an all-reduce between:
+            # neither waits for the other (as with gloo).
+            g, t = torch.zeros(BIG, dtype=dt), val(rank, N, dt)
+            r = dist.irecv(g, prev, tag=8)
+            dist.all_reduce(t)
+            s = dist.isend(val(rank, BIG, dt, 8), nxt, tag=8)
+            r.wait()
+            s.wait()
+            c.expect("irecv before isend " + dn, g, val(prev, BIG, dt, 8))
+            c.expect("all_reduce behind an irecv " + dn, t, total(N, dt))
         c.run("send/recv " + dn, p2p)
 
     for dt in (torch.float32, torch.bfloat16):
