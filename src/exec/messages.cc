@@ -86,13 +86,13 @@ class MessageRun {
         // Sends out, receives waiting: the operation ends here and its receives are kept, each
         // finished when its message comes (progressKept), while later operations run.
         LOOM_CHECK(waiter_.flush());
+        LOOM_CHECK(results());  // a receive that failed fails the operation: none is kept
         std::list<Inbox::Receive>& kept = inbox_.kept();
         for (auto it = own_.begin(); it != own_.end();) {
           auto next = std::next(it);
           if (!it->want.done) kept.splice(kept.end(), own_, it);
           it = next;
         }
-        LOOM_CHECK(results());
         return Status(loomInProgress, "");
       }
       LOOM_CHECK(block(0));
@@ -117,7 +117,7 @@ class MessageRun {
         auto next = std::next(it);
         Inbox::Want& w = it->want;
         if (!w.done && now > it->deadlineNs)
-          fail(w, LOOM_ERROR(loomTimeout, "timed out waiting " +
+          fail(w, LOOM_ERROR(loomTimeout, receiving(w) + "timed out after " +
                                               std::to_string(comm_.options().timeoutMs) + " ms"));
         if (w.done) {
           Status s = w.error;

@@ -313,6 +313,42 @@ TEST(TaggedMessages, AKeptReceiveDoesNotHoldUpLaterOperations) {
   }
 }
 
+// A kept receive whose message never comes fails at the communicator's timeout (2 s here),
+// naming what it waited for; the operation queued after it has run meanwhile.
+int keptTimesOutRank(RankContext& ctx) {
+  CHECK_LOOM(initNonBlocking(ctx));
+  if (ctx.rank == 1) {  // never sends; stays until rank 0 is done
+    const double t0 = nowSeconds();
+    while (ctx.shared->flag.load() == 0 && nowSeconds() - t0 < 30) usleep(1000);
+    return 0;
+  }
+  int32_t y[2] = {0, 0}, z = 5;
+  (void)loomRecvTagged(y, 2, loomInt32, 1, 4, nullptr, ctx.comm, nullptr);
+  const uint64_t recvTicket = lastTicket(ctx.comm);
+  (void)loomSendTagged(&z, 1, loomInt32, 0, 9, ctx.comm, nullptr);  // to itself
+  const double t0 = nowSeconds();
+  CHECK_LOOM(loomCommWaitTicket(ctx.comm, lastTicket(ctx.comm), -1));
+  const double sent = nowSeconds() - t0;
+  loomResult_t r = loomCommWaitTicket(ctx.comm, recvTicket, -1);
+  const double took = nowSeconds() - t0;
+  const std::string err = loomGetLastError(nullptr);
+  ctx.shared->flag.store(1);
+  if (sent > 1 || r != loomTimeout || took > 10 ||
+      err.find("receiving a message tagged 4 from rank 1") == std::string::npos) {
+    fprintf(stderr, "rank 0: send after %.2f s; receive %s after %.1f s: %s\n", sent,
+            loomGetErrorString(r), took, err.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(TaggedMessages, AKeptReceiveFailsAtTheTimeoutNamingWhatItWaitedFor) {
+  LaunchOptions o = options(2, true);
+  o.initComm = false;
+  o.timeoutMs = 2000;
+  expectPassed(launch(o, keptTimesOutRank));
+}
+
 // Refusals: bad arguments name the argument and queue nothing; a receive from itself with no
 // message to itself; a message of the wrong size fails the receive, naming both sizes.
 int refusalsRank(RankContext& ctx) {
