@@ -78,8 +78,10 @@ print("pip install: ok, loom %d from %s" % (v, os.path.dirname(loom.__file__)))'
     fi
     if [ "$2" = torch ]; then
       "$py" -m unittest -v test_torch_backend 2>&1 || exit 1
-      # The all-reduce benchmark's smoke run: every size's sum checked, on gloo and loom.
-      "$py" "$here/../../bench/python/torch_allreduce.py" --quick -np 2 --backends gloo,loom 2>&1
+      # The benchmarks' smoke runs: every size's values checked, on gloo and loom.
+      "$py" "$here/../../bench/python/torch_allreduce.py" --quick -np 2 --backends gloo,loom 2>&1 ||
+        exit 1
+      "$py" "$here/../../bench/python/torch_p2p.py" --quick --backends gloo,loom 2>&1
     else
       "$py" "$here/torch_suite.py" 2>&1
     fi
