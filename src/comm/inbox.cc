@@ -98,23 +98,27 @@ bool Inbox::finishStored() {
   return any;
 }
 
-void Inbox::begin(Reading& r, int peer, int tag, size_t bytes) {
-  r = Reading{};
-  r.left = bytes;
+Inbox::Want* Inbox::claim(int peer, int tag, size_t bytes, bool* mismatched) {
+  *mismatched = false;
   for (Want* w : wants_) {
     if (w->matched || w->done || w->tag != tag) continue;
     if (w->peer != kAnySource && w->peer != peer) continue;
     w->matched = true;
     w->from = stored_.end();
     w->source = peer;
-    if (w->bytes != bytes) {
-      mismatch(w, peer, bytes);
-      r.discard = true;
-    } else {
-      r.want = w;
-    }
-    return;
+    if (w->bytes == bytes) return w;
+    mismatch(w, peer, bytes);
+    *mismatched = true;
+    return nullptr;
   }
+  return nullptr;
+}
+
+void Inbox::begin(Reading& r, int peer, int tag, size_t bytes) {
+  r = Reading{};
+  r.left = bytes;
+  r.want = claim(peer, tag, bytes, &r.discard);
+  if (r.want != nullptr || r.discard) return;
   Stored s;
   s.peer = peer;
   s.tag = tag;
@@ -170,20 +174,13 @@ Result<size_t> Inbox::absorb(transport::Connection* c, int peer) {
 }
 
 void Inbox::deliverLocal(int self, int tag, const char* data, size_t bytes) {
-  for (Want* w : wants_) {
-    if (w->matched || w->done || w->tag != tag) continue;
-    if (w->peer != kAnySource && w->peer != self) continue;
-    w->matched = true;
-    w->from = stored_.end();
-    if (w->bytes != bytes) {
-      mismatch(w, self, bytes);
-    } else {
-      if (bytes > 0) std::memcpy(w->buf, data, bytes);
-      w->source = self;
-      w->done = true;
-    }
+  bool mismatched = false;
+  if (Want* w = claim(self, tag, bytes, &mismatched)) {
+    if (bytes > 0) std::memcpy(w->buf, data, bytes);
+    w->done = true;
     return;
   }
+  if (mismatched) return;  // the receive failed; the message is dropped
   Stored s;
   s.peer = self;
   s.tag = tag;

@@ -80,7 +80,6 @@ class Inbox {
 
   // Whether the head of c is a message's slot (absorb() would take it).
   static bool messageAtHead(transport::Connection* c);
-  size_t storedCount() const { return stored_.size(); }
 
  private:
   struct Stored {
@@ -101,6 +100,10 @@ class Inbox {
     bool discard = false;
   };
 
+  // The first posted want for a message of `bytes` from `peer` tagged `tag`, now matched to it;
+  // null when none waits, or when the first that matches is of another size (then failed, and
+  // *mismatched set).
+  Want* claim(int peer, int tag, size_t bytes, bool* mismatched);
   // Starts reading a message whose head came from `peer`.
   void begin(Reading& r, int peer, int tag, size_t bytes);
   // Copies a whole stored message into w, ends w and drops the message.
