@@ -90,16 +90,32 @@ layers() {  # file kind(loom|mpi)
       i = index(line, ":"); file = substr(line, 1, i - 1); fn = substr(line, i + 1)
       if (index(file, root) == 1) file = substr(file, length(root) + 1)
       if (kind == "loom") {
+        # By the source file where it is Loom'"'"'s own; code inlined from a header goes by the
+        # namespace of the function it was inlined into (not by its arguments'"'"' types).
+        own = fn
+        gsub(/\(anonymous namespace\)/, "anon", own)
+        ns = ""
+        if (own ~ /^(anon::collective|loom[A-Z])/) ns = "api"
+        else if (match(own, /loom::([a-z]+|Comm)::/)) ns = substr(own, RSTART + 6, RLENGTH - 8)
+        l = ""
         if (file ~ /^src\/api\/api\.cc/) l = "C API: argument checks, error guard"
         else if (file ~ /^src\/api\//) l = "plan: group, tuner, cached schedule"
-        else if (file ~ /^algorithms\/kernels\// || fn ~ /loom::kernels::/) l = "reduction kernels"
-        else if (file ~ /^algorithms\// || fn ~ /loom::algo::/) l = "schedule IR"
-        else if (file ~ /^src\/trace\// || fn ~ /loom::trace::/) l = "flight recorder"
-        else if (file ~ /^src\/exec\// || fn ~ /loom::exec::/) l = "executor steps and waits"
-        else if (file ~ /^transport\// || fn ~ /loom::transport::/) l = "transports"
-        else if (file ~ /^src\/comm\// || fn ~ /loom::Comm::/) l = "communicator"
-        else if (fn ~ /loom::api::/) l = "plan: group, tuner, cached schedule"
-        else if (file ~ /^src\/util\// || fn ~ /^loom::/) l = "util: clock, status, log"
+        else if (file ~ /^algorithms\/kernels\//) l = "reduction kernels"
+        else if (file ~ /^algorithms\//) l = "schedule IR"
+        else if (file ~ /^src\/trace\//) l = "flight recorder"
+        else if (file ~ /^src\/exec\//) l = "executor steps and waits"
+        else if (file ~ /^transport\//) l = "transports"
+        else if (file ~ /^src\/comm\//) l = "communicator"
+        else if (file ~ /^src\/util\//) l = "util: clock, status, log"
+        else if (ns == "kernels") l = "reduction kernels"
+        else if (ns == "algo") l = "schedule IR"
+        else if (ns == "trace") l = "flight recorder"
+        else if (ns == "exec") l = "executor steps and waits"
+        else if (ns == "transport") l = "transports"
+        else if (ns == "Comm") l = "communicator"
+        else if (ns == "api" && own ~ /^loom::api::/) l = "plan: group, tuner, cached schedule"
+        else if (ns == "api") l = "C API: argument checks, error guard"
+        else if (ns != "" || own ~ /^loom::/) l = "util: clock, status, log"
         else if (obj ~ /ld-linux/) l = "dynamic linker: thread-locals, symbol look-ups"
         else if (obj ~ /libc\.so/ || file ~ /sysdeps|nptl|string\//) l = "libc: copies, locks, clock"
         else l = "other"

@@ -47,17 +47,21 @@ thread_local LookupCache tLookup;
 
 std::string str(long long v) { return std::to_string(v); }
 
-Status checkType(loomDataType_t dt) {
-  if (!kernels::validType(static_cast<int>(dt)))
-    return LOOM_ERROR(loomInvalidArgument,
-                      "datatype: unknown data type " + str(static_cast<int>(dt)));
-  return Status::ok();
+// Each check is an inline test that passes without touching a Status (the per-call account,
+// docs/PERFORMANCE.md); the error's words are built out of line, only on failure.
+[[gnu::cold, gnu::noinline]] Status badType(loomDataType_t dt) {
+  return LOOM_ERROR(loomInvalidArgument,
+                    "datatype: unknown data type " + str(static_cast<int>(dt)));
 }
 
-Status checkOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
-  int v = static_cast<int>(op);
-  if (v >= 0 && v < loomNumOps) return Status::ok();
-  size_t idx = static_cast<size_t>(v) - loomNumOps;
+inline Status checkType(loomDataType_t dt) {
+  if (kernels::validType(static_cast<int>(dt))) return Status::ok();
+  return badType(dt);
+}
+
+[[gnu::cold, gnu::noinline]] Status badOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
+  const int v = static_cast<int>(op);
+  const size_t idx = static_cast<size_t>(v) - loomNumOps;
   if (v < 0 || idx >= comm.userOps().size() || !comm.userOps()[idx])
     return LOOM_ERROR(loomInvalidArgument, "op: unknown reduction operation " + str(v));
   if (comm.userOps()[idx]->dtype != dt)
@@ -66,22 +70,36 @@ Status checkOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
   return Status::ok();
 }
 
-// bytes = count * multiple * typeSize without overflow.
-Status checkCount(size_t count, size_t multiple, loomDataType_t dt, const char* arg) {
-  size_t es = kernels::typeSize(dt);
-  if (multiple != 0 && count > SIZE_MAX / multiple / es)
-    return LOOM_ERROR(loomInvalidArgument,
-                      std::string(arg) + ": " + std::to_string(count) +
-                          " elements overflow size_t when multiplied by the type size" +
-                          (multiple > 1 ? " and the rank count" : ""));
-  return Status::ok();
+inline Status checkOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
+  const int v = static_cast<int>(op);
+  if (v >= 0 && v < loomNumOps) return Status::ok();
+  return badOp(comm, op, dt);
 }
 
-Status checkBuf(const void* p, size_t count, const char* arg) {
-  if (p == nullptr && count > 0)
-    return LOOM_ERROR(loomInvalidArgument,
-                      std::string(arg) + ": NULL with count " + std::to_string(count) + " > 0");
-  return Status::ok();
+[[gnu::cold, gnu::noinline]] Status badCount(size_t count, size_t multiple, const char* arg) {
+  return LOOM_ERROR(loomInvalidArgument,
+                    std::string(arg) + ": " + std::to_string(count) +
+                        " elements overflow size_t when multiplied by the type size" +
+                        (multiple > 1 ? " and the rank count" : ""));
+}
+
+// bytes = count * multiple * typeSize without overflow.
+inline Status checkCount(size_t count, size_t multiple, loomDataType_t dt, const char* arg) {
+  size_t bytes;
+  if (!__builtin_mul_overflow(count, kernels::typeSize(dt), &bytes) &&
+      !__builtin_mul_overflow(bytes, multiple, &bytes))
+    return Status::ok();
+  return badCount(count, multiple, arg);
+}
+
+[[gnu::cold, gnu::noinline]] Status nullBuf(size_t count, const char* arg) {
+  return LOOM_ERROR(loomInvalidArgument,
+                    std::string(arg) + ": NULL with count " + std::to_string(count) + " > 0");
+}
+
+inline Status checkBuf(const void* p, size_t count, const char* arg) {
+  if (p != nullptr || count == 0) return Status::ok();
+  return nullBuf(count, arg);
 }
 
 Status checkRank(int r, int n, const char* arg) {

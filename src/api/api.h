@@ -84,13 +84,30 @@ struct Call {
   int* source = nullptr;
 };
 
+// Calls of one communicator, viewed where they lie: a group's vector, or one call on the
+// caller's stack (a call outside a group copies nothing and allocates nothing).
+class CallList {
+ public:
+  CallList(const std::vector<Call>& calls) : first_(calls.data()), n_(calls.size()) {}  // NOLINT
+  explicit CallList(const Call& one) : first_(&one), n_(1) {}
+  const Call* begin() const { return first_; }
+  const Call* end() const { return first_ + n_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const Call& operator[](size_t i) const { return first_[i]; }
+
+ private:
+  const Call* first_;
+  size_t n_;
+};
+
 // The reduction of a call (built-in op or the communicator's PreMulSum).
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 
 // Runs the call now, queues it when this thread is inside a group, or hands it to the
 // communicator's worker (non-blocking: returns inProgress()). comm: lookup(call.comm), done by
 // the caller.
-Status submit(const Call& call, Comm* comm);
+Status submit(Call& call, Comm* comm);
 bool inGroup();
 // Runs the calls that issue() submits as one group, as loomGroupStart, issue, loomGroupEnd
 // would (within an enclosing group they join it). Where issue() fails, the calls it queued
@@ -99,6 +116,6 @@ Status runAsGroup(const std::function<Status()>& issue);
 
 // Runs calls of one communicator: sends/receives together first, then the
 // collectives in call order (every rank issues the same sequence).
-Status runOnComm(Comm& comm, const std::vector<Call>& calls);
+Status runOnComm(Comm& comm, CallList calls);
 
 }  // namespace loom::api

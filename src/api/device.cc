@@ -212,9 +212,8 @@ struct Copy {
   size_t off;
 };
 
-Status enqueueStaged(Comm& comm, DeviceState& st, const std::vector<Call>& calls,
-                     cudaStream_t stream) {
-  std::vector<Call> host = calls;
+Status enqueueStaged(Comm& comm, DeviceState& st, api::CallList calls, cudaStream_t stream) {
+  std::vector<Call> host(calls.begin(), calls.end());
   std::vector<Copy> in, out;
   std::vector<std::pair<const void**, size_t>> sendFix;
   std::vector<std::pair<void**, size_t>> recvFix;
@@ -319,7 +318,7 @@ bool involvesDevice(const Call& c, int nranks) {
   return (e.send > 0 && isDevicePointer(c.sendbuff)) || (e.recv > 0 && isDevicePointer(c.recvbuff));
 }
 
-Status enqueue(Comm& comm, const std::vector<Call>& calls) {
+Status enqueue(Comm& comm, api::CallList calls) {
   if (calls.empty()) return Status::ok();
   DeviceState& st = stateOf(comm);
   std::lock_guard<std::mutex> lock(st.m);

@@ -29,7 +29,7 @@ int currentDevice();
 // Whether a buffer of the call is device (or managed) memory.
 bool involvesDevice(const api::Call& c, int nranks);
 // Enqueues calls of one communicator (at least one involving device memory) on their stream.
-Status enqueue(Comm& comm, const std::vector<api::Call>& calls);
+Status enqueue(Comm& comm, api::CallList calls);
 // Waits (up to the communicator's timeout) until the staged calls enqueued so far have run.
 Status drain(Comm& comm);
 // The device side's asynchronous error (a cuda_ipc kernel timed out or was aborted); also
@@ -41,7 +41,7 @@ void release(Comm& comm, bool abort);
 #else
 inline int currentDevice() { return -1; }
 inline bool involvesDevice(const api::Call&, int) { return false; }
-inline Status enqueue(Comm&, const std::vector<api::Call>&) {
+inline Status enqueue(Comm&, api::CallList) {
   return LOOM_ERROR(loomInternalError, "device call in a build without CUDA");
 }
 inline Status drain(Comm&) { return Status::ok(); }

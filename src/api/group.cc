@@ -42,6 +42,11 @@ void closeGroupLevel(GroupState& g) {
   if (--g.depth == 0) gThreadsInGroups.fetch_sub(1, std::memory_order_relaxed);
 }
 
+bool reduces(algo::Coll coll) {
+  return coll == algo::Coll::AllReduce || coll == algo::Coll::Reduce ||
+         coll == algo::Coll::ReduceScatter;
+}
+
 bool isInPlace(const Comm& comm, const Call& c, size_t esize) {
   const char* s = static_cast<const char*>(c.sendbuff);
   const char* r = static_cast<const char*>(c.recvbuff);
@@ -273,7 +278,19 @@ Status runCollective(Comm& comm, const Call& c) {
   op.sendbuff = c.sendbuff;
   op.recvbuff = c.recvbuff;
   op.elemSize = kernels::typeSize(c.dtype);
-  LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
+  Comm::LastPlan& plan = comm.lastPlan();
+  const bool builtIn = reduces(c.coll) && static_cast<int>(c.op) < loomNumOps;
+  if (builtIn && plan.reducerDtype == static_cast<int>(c.dtype) &&
+      plan.reducerOp == static_cast<int>(c.op)) {
+    op.reducer = plan.reducer;
+  } else {
+    LOOM_ASSIGN(op.reducer, reducerFor(comm, c));
+    if (builtIn) {
+      plan.reducer = op.reducer;
+      plan.reducerDtype = static_cast<int>(c.dtype);
+      plan.reducerOp = static_cast<int>(c.op);
+    }
+  }
   trace::FlightRecorder& rec = comm.recorder();
   startOp(comm, c, op, c.count, c.dtype, c.op, c.root);
   Status s;
@@ -282,7 +299,6 @@ Status runCollective(Comm& comm, const Call& c) {
   const std::vector<int>& hostOf = comm.hostLayout();
   // A call of the last call's shape reuses its choice and schedule.
   const bool inPlace = isInPlace(comm, c, op.elemSize);
-  Comm::LastPlan& plan = comm.lastPlan();
   const bool same = plan.valid && plan.coll == c.coll && plan.count == c.count &&
                     plan.elemSize == op.elemSize && plan.root == c.root && plan.inPlace == inPlace;
   const algo::Algo chosen =
@@ -354,11 +370,26 @@ void keepReceives(Comm& comm, loomComm* h) {
   });
 }
 
-Status runLocked(Comm& comm, const std::vector<Call>& calls) {
+// Every run of calls first refuses a communicator that failed earlier.
+Status refuseIfFailed(const Comm& comm) {
+  if (!comm.hasFailed()) return Status::ok();
   Status prior = comm.asyncError();
-  if (!prior.isOk())
-    return Status(prior.code(),
-                  comm.describe() + ": communicator failed earlier: " + prior.message());
+  return Status(prior.code(),
+                comm.describe() + ": communicator failed earlier: " + prior.message());
+}
+
+// A run's failure, other than a refused argument, fails the communicator (its peers learn of it
+// through the broken connections).
+Status settle(Comm& comm, Status s) {
+  if (!s.isOk() && s.code() != loomInvalidArgument) {
+    LOOM_WARN(kExec, "%s", s.message().c_str());
+    comm.fail(s);
+  }
+  return s;
+}
+
+Status runLocked(Comm& comm, CallList calls) {
+  LOOM_CHECK(refuseIfFailed(comm));
   std::vector<exec::GroupOp> p2p;
   std::vector<exec::MessageOp> messages;
   const Call* firstP2P = nullptr;
@@ -433,19 +464,13 @@ Status runLocked(Comm& comm, const std::vector<Call>& calls) {
   // Receives kept earlier may have got their messages meanwhile (the executor hands messages to
   // the inbox): their operations end now.
   if (exec::hasKept(comm) && AsyncWorker::inTask()) progressKept(comm, calls[0].comm, 0);
-  if (!s.isOk() && s.code() != loomInvalidArgument) {
-    LOOM_WARN(kExec, "%s", s.message().c_str());
-    comm.fail(s);
-  }
-  return s;
+  return settle(comm, std::move(s));
 }
 
 }  // namespace
 
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
-  if (c.coll != algo::Coll::AllReduce && c.coll != algo::Coll::Reduce &&
-      c.coll != algo::Coll::ReduceScatter)
-    return kernels::Reducer{};
+  if (!reduces(c.coll)) return kernels::Reducer{};
   if (static_cast<int>(c.op) < loomNumOps)
     return kernels::makeReducer(c.dtype, c.op, comm.nranks());
   size_t idx = static_cast<size_t>(c.op) - loomNumOps;
@@ -459,7 +484,7 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
 
 bool inGroup() { return gThreadsInGroups.load(std::memory_order_relaxed) != 0 && tGroup.depth > 0; }
 
-Status runOnComm(Comm& comm, const std::vector<Call>& calls) {
+Status runOnComm(Comm& comm, CallList calls) {
   std::lock_guard<std::mutex> lock(comm.opMutex());
   log::setThreadRank(comm.rank());
   return runLocked(comm, calls);
@@ -467,7 +492,7 @@ Status runOnComm(Comm& comm, const std::vector<Call>& calls) {
 
 // Calls of one communicator: enqueued on their stream when one involves device memory (after
 // which the caller's thread returns at once), else run now, after any staged device calls.
-Status runCalls(Comm& comm, const std::vector<Call>& calls) {
+Status runCalls(Comm& comm, CallList calls) {
   for (const Call& c : calls)
     if (device::involvesDevice(c, comm.nranks())) return device::enqueue(comm, calls);
   LOOM_CHECK(device::drain(comm));
@@ -501,25 +526,28 @@ Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
   return inProgress();
 }
 
+// One collective of a blocking communicator outside a group: what runCalls and runLocked do
+// for a list of it, without walking a list (the per-call account, docs/PERFORMANCE.md).
+Status runOne(Comm& comm, const Call& c) {
+  if (device::involvesDevice(c, comm.nranks())) return device::enqueue(comm, CallList(c));
+  LOOM_CHECK(device::drain(comm));
+  std::lock_guard<std::mutex> lock(comm.opMutex());
+  log::setThreadRank(comm.rank());
+  LOOM_CHECK(refuseIfFailed(comm));
+  return settle(comm, runCollective(comm, c));
+}
+
 }  // namespace
 
-Status submit(const Call& call, Comm* comm) {
-  const uint64_t tag = comm->takeNextTag();
+Status submit(Call& call, Comm* comm) {
+  call.tag = comm->takeNextTag();
   if (inGroup()) {
     tGroup.calls.push_back(call);
-    tGroup.calls.back().tag = tag;
     return Status::ok();
   }
-  if (call.comm->worker) {
-    std::vector<Call> calls{call};
-    calls[0].tag = tag;
-    return post(call.comm, comm, std::move(calls));
-  }
-  // A one-call list kept per thread: a call outside a group allocates nothing.
-  thread_local std::vector<Call> one(1);
-  one[0] = call;
-  one[0].tag = tag;
-  return runCalls(*comm, one);
+  if (call.comm->worker) return post(call.comm, comm, std::vector<Call>{call});
+  if (call.kind == Call::Collective) return runOne(*comm, call);
+  return runCalls(*comm, CallList(call));
 }
 
 namespace {

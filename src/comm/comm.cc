@@ -187,7 +187,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   c->options_ = options;
   log::setThreadRank(rank);
   c->recorder_ = std::make_unique<trace::FlightRecorder>(
-      static_cast<size_t>(std::max<int64_t>(0, env::flightRecorder())), rank, nranks);
+      static_cast<size_t>(std::max<int64_t>(0, env::flightRecorder())), rank, nranks,
+      /*oneWriter=*/options.blocking);
   if (!env::traceDir().empty()) trace::installSignalHandler();
   c->dumpRequestsSeen_ = trace::dumpRequests();
   const int64_t deadline = nowNs() + options.timeoutMs * 1000000;

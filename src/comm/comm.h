@@ -92,6 +92,10 @@ class Comm {
     algo::Algo algo = algo::Algo::Ring;
     const char* proto = "simple";  // for the flight recorder
     algo::Schedule schedule;
+    // The last built-in reduction made (api::reducerFor) and its (datatype, op): a call with
+    // the same pair reuses it.
+    int reducerDtype = -1, reducerOp = -1;
+    kernels::Reducer reducer;
   };
   LastPlan& lastPlan() { return lastPlan_; }
   // The last group of sends and receives' shape and schedule (src/exec/fifo_steps.cc): a group
@@ -187,8 +191,15 @@ class Comm {
   // More ranks than cores on this machine.
   bool outnumbered() const { return ranksPerCore_ > 1; }
 
-  // Atomic: a non-blocking communicator numbers calls on the caller's thread as it queues them.
-  uint64_t nextSeq() { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  // A non-blocking communicator numbers calls on the caller's thread as it queues them (an
+  // atomic increment); a blocking one numbers each under opMutex(), where a plain increment of
+  // the atomic (no locked instruction) is enough.
+  uint64_t nextSeq() {
+    if (!options_.blocking) return seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const uint64_t seq = seq_.load(std::memory_order_relaxed) + 1;
+    seq_.store(seq, std::memory_order_relaxed);
+    return seq;
+  }
   uint64_t lastSeq() const { return seq_.load(std::memory_order_relaxed); }
   std::mutex& opMutex() { return opMutex_; }
   // The tuner's choices for this communicator, by collective, size class and element size
@@ -209,6 +220,8 @@ class Comm {
 
   // The first asynchronous failure (a peer died, a timeout); success if none.
   Status asyncError() const;
+  // Whether there is one (the test every run of calls makes first).
+  bool hasFailed() const { return failed_.load(std::memory_order_acquire); }
   // Records a failure and breaks every connection so that peers fail fast, telling them the
   // lost rank noted by noteLost (else this rank) so that their errors name it.
   void fail(const Status& s);

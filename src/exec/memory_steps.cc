@@ -34,8 +34,9 @@ bool reached(const std::atomic<uint32_t>& counter, uint32_t target) {
 // kernels::reduceMany takes them (it rounds after each combine, as chained reduce() calls
 // would).
 const void* const* firstInFront(std::vector<const char*>& src, size_t first) {
-  std::rotate(src.begin(), src.begin() + static_cast<long>(first),
-              src.begin() + static_cast<long>(first) + 1);
+  if (first != 0)
+    std::rotate(src.begin(), src.begin() + static_cast<long>(first),
+                src.begin() + static_cast<long>(first) + 1);
   return reinterpret_cast<const void* const*>(src.data());
 }
 

@@ -30,10 +30,22 @@ const char* stateName(OpState s) {
   return "?";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity, int rank, int nranks)
+namespace {
+size_t powerOfTwoAtLeast(size_t n) {
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return n == 0 ? 0 : p;
+}
+}  // namespace
+
+FlightRecorder::FlightRecorder(size_t capacity, int rank, int nranks, bool oneWriter)
     : rank_(rank),
       nranks_(nranks),
-      ring_(capacity),
+      ring_(powerOfTwoAtLeast(capacity)),
+      mask_(ring_.empty() ? 0 : ring_.size() - 1),
+      capacity_(capacity),
+      peersKept_(std::min(std::max(nranks - 1, 0), OpRecord::kFirstPeers)),
+      oneWriter_(oneWriter),
       seen_(static_cast<size_t>(nranks)),
       lateness_(static_cast<size_t>(nranks)) {}
 
@@ -96,7 +108,7 @@ OpRecord* FlightRecorder::start(OpRecord* queued, uint64_t seq, const char* coll
 // then: each operation fetches the next one's lines ahead, so that small operations do not
 // wait on them (docs/journal/perf.md).
 void FlightRecorder::prefetchRecord(uint64_t index) const {
-  const char* p = reinterpret_cast<const char*>(&ring_[index % ring_.size()]);
+  const char* p = reinterpret_cast<const char*>(&ring_[index & mask_]);
   for (size_t off = 0; off < offsetof(OpRecord, error); off += 64)
     __builtin_prefetch(p + off, 1, 3);
 }
@@ -109,8 +121,14 @@ OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int
     std::this_thread::sleep_for(std::chrono::microseconds(inject.us));
   std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
   if (state == OpState::Enqueued) lock.lock();  // against start() on the worker
-  const uint64_t index = next_.fetch_add(1, std::memory_order_relaxed);
-  OpRecord& r = ring_[index % ring_.size()];
+  uint64_t index;
+  if (oneWriter_) {
+    index = next_.load(std::memory_order_relaxed);
+    next_.store(index + 1, std::memory_order_relaxed);
+  } else {
+    index = next_.fetch_add(1, std::memory_order_relaxed);
+  }
+  OpRecord& r = ring_[index & mask_];
   prefetchRecord(index + 1);
   // Reset field by field (the error text is read only in state Failed), seq last: a dump
   // running meanwhile sees seq 0 or a changed seq and skips the record.
@@ -136,7 +154,7 @@ OpRecord* FlightRecorder::make(uint64_t seq, const char* coll, size_t count, int
   r.earliestRank = -1;
   r.earliestNs = 0;
   r.latestNs = 0;
-  for (Relaxed<int>& p : r.firstPeer) p = -1;
+  for (int i = 0; i < peersKept_; ++i) r.firstPeer[i] = -1;  // slots past these stay -1
   std::atomic_thread_fence(std::memory_order_release);
   r.seq = seq;
   return &r;
@@ -157,26 +175,32 @@ void FlightRecorder::end(OpRecord* r, const Status& s, int64_t endNs) {
 
 void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enterNs) {
   if (r == nullptr || enterNs.empty()) return;
-  auto [first, last] = std::minmax_element(enterNs.begin(), enterNs.end());
-  const int lastRank = static_cast<int>(last - enterNs.begin());
-  r->lastRank = lastRank;
-  r->lateNs = *last - *first;
-  r->earliestRank = static_cast<int>(first - enterNs.begin());
-  r->earliestNs = toRank0(*first);
-  r->latestNs = toRank0(*last);
-  for (size_t q = 0; q < enterNs.size() && q < lateness_.size(); ++q) {
+  const size_t n = std::min(enterNs.size(), lateness_.size());
+  size_t firstRank = 0, lastRank = 0;
+  int64_t sum = 0;  // of entries, less the first rank's (no overflow at any real lateness)
+  for (size_t q = 0; q < n; ++q) {
+    if (enterNs[q] < enterNs[firstRank]) firstRank = q;
+    if (enterNs[q] > enterNs[lastRank]) lastRank = q;
+    sum += enterNs[q] - enterNs[0];
+  }
+  const int64_t first = enterNs[firstRank], last = enterNs[lastRank];
+  r->lastRank = static_cast<int>(lastRank);
+  r->lateNs = last - first;
+  r->earliestRank = static_cast<int>(firstRank);
+  r->earliestNs = toRank0(first);
+  r->latestNs = toRank0(last);
+  for (size_t q = 0; q < n; ++q) {
     LatenessSums& l = lateness_[q];
-    const int64_t late = enterNs[q] - *first;
+    const int64_t late = enterNs[q] - first;
     l.ops += 1;
     l.sumLateNs += static_cast<double>(late);
     if (late > l.maxLateNs) l.maxLateNs = late;
   }
-  LatenessSums& worst = lateness_[static_cast<size_t>(lastRank)];
+  LatenessSums& worst = lateness_[lastRank];
   worst.timesLast += 1;
-  // Every other rank waited for the last one from its own arrival on.
-  double caused = 0;
-  for (int64_t t : enterNs) caused += static_cast<double>(*last - t);
-  worst.waitCausedNs += caused;
+  // Every other rank waited for the last one from its own arrival on: the sum of (last - t).
+  const int64_t caused = static_cast<int64_t>(n) * (last - enterNs[0]) - sum;
+  worst.waitCausedNs += static_cast<double>(caused);
 }
 
 void FlightRecorder::noteExtremes(OpRecord* r, int earliestRank, int64_t earliestNs, int latestRank,
@@ -220,12 +244,12 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
     << ",\"clockErrorNs\":" << clockErrorNs_ << ",\"lastCompletedSeq\":" << lastCompleted_.load()
     << ",\"ops\":[";
   const uint64_t next = next_.load(std::memory_order_acquire);
-  const size_t n = std::min<uint64_t>(next, ring_.size());
+  const size_t n = std::min<uint64_t>(next, capacity_);
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     // A copy read whole between two reads of the same non-zero seq; a record being reset
     // (by an operation that started after `next` was read) is left out.
-    const OpRecord& live = ring_[(next - n + i) % ring_.size()];
+    const OpRecord& live = ring_[(next - n + i) & mask_];
     const uint64_t seq = live.seq;
     std::atomic_thread_fence(std::memory_order_acquire);
     const OpRecord r = live;

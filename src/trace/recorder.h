@@ -93,7 +93,10 @@ struct RankLateness {
 
 class FlightRecorder {
  public:
-  FlightRecorder(size_t capacity, int rank, int nranks);
+  // oneWriter: records are only ever begun by one thread at a time (a blocking communicator's,
+  // under its operation lock; enqueue() is then never called), so taking a slot needs no
+  // atomic read-modify-write.
+  FlightRecorder(size_t capacity, int rank, int nranks, bool oneWriter = false);
 
   bool enabled() const { return !ring_.empty(); }
   // Starts a record (state Started); returns it, or nullptr when disabled.
@@ -191,7 +194,13 @@ class FlightRecorder {
     Relaxed<double> waitCausedNs = 0;
     Relaxed<uint64_t> ops = 0;
   };
+  // The ring holds a power of two of records (at least the capacity asked for), so that a
+  // record's slot is a mask, not a division; dumps show the last `capacity_`.
   std::vector<OpRecord> ring_;
+  uint64_t mask_ = 0;
+  size_t capacity_ = 0;
+  int peersKept_ = 0;  // firstPeer slots an operation can fill: min(nranks - 1, 8)
+  bool oneWriter_ = false;
   std::atomic<uint64_t> next_{0};  // records started
   std::atomic<uint64_t> lastCompleted_{0};
   std::vector<uint64_t> seen_;  // per rank: peerSeenSeq()

@@ -119,7 +119,11 @@ int64_t reanchor(TscClock& c) {
 
 int64_t nowNs() {
   if (!gUseTsc.load(std::memory_order_relaxed)) return monotonicNs();
-  TscClock& c = tClock;
+  // The thread-local's address once (from a shared library each look-up is a call into the
+  // dynamic linker, which the compiler would otherwise repeat on the last line).
+  TscClock* cp = &tClock;
+  asm("" : "+r"(cp));
+  TscClock& c = *cp;
   const uint64_t t = __rdtsc();
   if (c.ref.tick == 0 || t >= c.nextTick || t < c.base.tick) return reanchor(c);
   if (c.nsPerTick == 0) return handOut(c, monotonicNs());  // the thread's first millisecond

@@ -19,23 +19,33 @@ size_t countOf(const std::string& s, const std::string& what) {
   return n;
 }
 
+// The ring holds a power of two of records, but a dump shows exactly the capacity asked for,
+// with a single writer (a blocking communicator's) or several.
 TEST(FlightRecorder, KeepsTheNewestRecordsInOrder) {
-  FlightRecorder rec(4, 0, 2);
-  for (uint64_t seq = 1; seq <= 10; ++seq) {
-    OpRecord* r = rec.begin(seq, "allreduce", seq * 10, 7, 0, -1);
-    ASSERT_NE(r, nullptr);
-    rec.end(r, Status());
+  for (size_t capacity : {1, 3, 4, 5, 7}) {
+    for (bool oneWriter : {false, true}) {
+      SCOPED_TRACE("capacity " + std::to_string(capacity) + (oneWriter ? ", one writer" : ""));
+      FlightRecorder rec(capacity, 0, 2, oneWriter);
+      for (uint64_t seq = 1; seq <= 10; ++seq) {
+        OpRecord* r = rec.begin(seq, "allreduce", seq * 10, 7, 0, -1);
+        ASSERT_NE(r, nullptr);
+        rec.end(r, Status());
+      }
+      std::string json = rec.toJson("c", 0xabc, "test");
+      EXPECT_EQ(countOf(json, "\"seq\":"), capacity);
+      // Oldest kept first: 11 - capacity, ..., 10.
+      const uint64_t oldest = 11 - capacity;
+      size_t pOld = json.find("\"seq\":" + std::to_string(oldest) + ",");
+      size_t p10 = json.find("\"seq\":10,");
+      ASSERT_NE(pOld, std::string::npos);
+      ASSERT_NE(p10, std::string::npos);
+      EXPECT_LE(pOld, p10);
+      EXPECT_NE(json.find("\"count\":" + std::to_string(oldest * 10) + ","), std::string::npos);
+      EXPECT_EQ(json.find("\"seq\":" + std::to_string(oldest - 1) + ","), std::string::npos);
+      EXPECT_EQ(rec.lastCompletedSeq(), 10u);
+      EXPECT_EQ(countOf(json, "\"state\":\"completed\""), capacity);
+    }
   }
-  std::string json = rec.toJson("c", 0xabc, "test");
-  EXPECT_EQ(countOf(json, "\"seq\":"), 4u);
-  // Oldest kept first: 7, 8, 9, 10.
-  size_t p7 = json.find("\"seq\":7,"), p10 = json.find("\"seq\":10,");
-  ASSERT_NE(p7, std::string::npos);
-  ASSERT_NE(p10, std::string::npos);
-  EXPECT_LT(p7, p10);
-  EXPECT_EQ(json.find("\"seq\":6,"), std::string::npos);
-  EXPECT_EQ(rec.lastCompletedSeq(), 10u);
-  EXPECT_EQ(countOf(json, "\"state\":\"completed\""), 4u);
 }
 
 TEST(FlightRecorder, RecordsFailuresAndEscapesTheirText) {

@@ -150,31 +150,6 @@ const KernelSet* kernelsFor(Isa isa) {
 
 }  // namespace internal
 
-size_t typeSize(loomDataType_t dtype) {
-  switch (dtype) {
-    case loomInt8:
-    case loomUint8:
-    case loomFloat8e4m3:
-    case loomFloat8e5m2:
-      return 1;
-    case loomFloat16:
-    case loomBfloat16:
-      return 2;
-    case loomInt32:
-    case loomUint32:
-    case loomFloat32:
-      return 4;
-    case loomInt64:
-    case loomUint64:
-    case loomFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
-bool validType(int dtype) { return dtype >= 0 && dtype < loomNumTypes; }
-
 Reducer makeReducer(loomDataType_t dtype, loomRedOp_t op, int nranks) {
   Reducer r;
   r.dtype = dtype;

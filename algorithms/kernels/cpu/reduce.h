@@ -42,9 +42,20 @@ struct Reducer {
   int postDivide = 0;                       // Avg: divide results by this (0 or 1: no post-op)
 };
 
-// Bytes per element; 0 for an unknown type.
-size_t typeSize(loomDataType_t dtype);
-bool validType(int dtype);
+inline bool validType(int dtype) { return dtype >= 0 && dtype < loomNumTypes; }
+// Bytes per element; 0 for an unknown type. Inline: every call's argument checks and plan
+// look-up ask it.
+inline size_t typeSize(loomDataType_t dtype) {
+  // In loomDataType_t's order: int8, uint8, int32, uint32, int64, uint64, float16, float32,
+  // float64, bfloat16, float8e4m3, float8e5m2.
+  static_assert(loomInt8 == 0 && loomUint8 == 1 && loomInt32 == 2 && loomUint32 == 3 &&
+                    loomInt64 == 4 && loomUint64 == 5 && loomFloat16 == 6 && loomFloat32 == 7 &&
+                    loomFloat64 == 8 && loomBfloat16 == 9 && loomFloat8e4m3 == 10 &&
+                    loomFloat8e5m2 == 11 && loomNumTypes == 12,
+                "kSizes follows loomDataType_t");
+  static constexpr unsigned char kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return validType(dtype) ? kSizes[dtype] : 0;
+}
 
 // A reducer for a built-in op (sum, prod, max, min, avg) over nranks ranks.
 Reducer makeReducer(loomDataType_t dtype, loomRedOp_t op, int nranks);
