@@ -143,17 +143,25 @@ class MemoryRun {
       return;
     }
     // Low latency: the more lines first, each with its round; the first line's round is the
-    // flag (kWithFlag), published last.
+    // flag (kWithFlag), published last. Full lines are copied by a constant size (inline
+    // moves, not a call).
+    const bool scaled = (st.flags & algo::kPre) && red_.hasScale;
     for (size_t i = 0; i < llMore_; ++i) {
       transport::LLMoreLine& more = mine_->llMore[g & 1][i];
       size_t off, len;
       moreRange(i, &off, &len);
-      load(more.data, src + off, len, st);
+      if (!scaled && len == transport::kLLMoreBytes)
+        std::memcpy(more.data, src + off, transport::kLLMoreBytes);
+      else
+        load(more.data, src + off, len, st);
       more.round.store(g, std::memory_order_release);
     }
     transport::LLLine& line = mine_->ll[g & 1];
     line.enterNs = enterNs_;
-    load(line.data, src, llFirst_, st);
+    if (!scaled && llFirst_ == transport::kLLBytes)
+      std::memcpy(line.data, src, transport::kLLBytes);
+    else
+      load(line.data, src, llFirst_, st);
   }
 
   void moreRange(size_t i, size_t* off, size_t* len) const {
@@ -268,27 +276,31 @@ class MemoryRun {
     return Status::ok();
   }
 
-  // Low latency: every rank's lines of round g, reduced in rank order.
+  // Low latency: every rank's lines of round g, reduced in rank order; this rank's own from
+  // its send buffer where the step says so (kOwnSrc).
   void reduceLines(const Step& st, uint32_t g) {
     std::vector<const char*>& src = scratch_.bufs;
+    const bool ownSrc = (st.flags & algo::kOwnSrc) != 0;
     if (llMore_ == 0) {
       for (int q = 0; q < n_; ++q) src[static_cast<size_t>(q)] = mc_.header(q)->ll[g & 1].data;
     } else {
-      // Each rank's lines gathered into one run, for one reduction over all of them.
+      // Each rank's lines gathered into one run, for one reduction over all of them. Whole
+      // lines are copied (constant sizes, inline moves): the run has room, and the bytes past
+      // the count are not reduced.
       std::vector<char>& runs = scratch_.llRuns;
       runs.resize(static_cast<size_t>(n_) * transport::kLLMaxBytes);
       for (int q = 0; q < n_; ++q) {
+        if (q == me_ && ownSrc) continue;
         char* run = runs.data() + static_cast<size_t>(q) * transport::kLLMaxBytes;
         const WindowHeader* h = mc_.header(q);
-        std::memcpy(run, h->ll[g & 1].data, llFirst_);
-        for (size_t i = 0; i < llMore_; ++i) {
-          size_t off, len;
-          moreRange(i, &off, &len);
-          std::memcpy(run + off, h->llMore[g & 1][i].data, len);
-        }
+        std::memcpy(run, h->ll[g & 1].data, transport::kLLBytes);
+        for (size_t i = 0; i < llMore_; ++i)
+          std::memcpy(run + transport::kLLBytes + i * transport::kLLMoreBytes,
+                      h->llMore[g & 1][i].data, transport::kLLMoreBytes);
         src[static_cast<size_t>(q)] = run + st.src.offset * es_;
       }
     }
+    if (ownSrc) src[static_cast<size_t>(me_)] = bufferAt(op_, {algo::Buf::Send, st.aux}, 0);
     kernels::reduceMany(red_, at(st.dst), firstInFront(src, 0), src.size(), st.count,
                         postFlag(st.flags));
   }
