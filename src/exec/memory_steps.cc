@@ -103,8 +103,9 @@ class MemoryRun {
       }
     }
     fence();
-    // Low latency: the last line came in at lastSeenNs_; what follows it is a few nanoseconds'
-    // work, so that time serves as the operation's end too (one clock read fewer).
+    // Low latency: the last line came in at lastSeenNs_ (the entry, where every line was in at
+    // the first look); what follows it is a few nanoseconds' work, so that time serves as the
+    // operation's end too (one clock read fewer).
     if (s_.mem.lowLatency) *doneNs = lastSeenNs_;
     return Status::ok();
   }
@@ -201,17 +202,19 @@ class MemoryRun {
 
   // Waits until every peer's counter wordOf(q) reaches target. With `note`, records when each
   // peer's data was first seen here: the peers ready at the first look share one clock read,
-  // taken after every look (so never before a peer published); a peer waited for is timed
-  // when its wait ends. With the recorder off, no clock is read.
+  // taken after every look (so never before a peer published), or with `atEntry` this rank's
+  // entry time (the low-latency form, whose first look follows its entry by the few stores of
+  // its own lines: a rank that finds every peer ready reads no clock after its entry); a peer
+  // waited for is timed when its wait ends. With the recorder off, no clock is read.
   template <typename WordOf, typename What>
-  Status waitAll(WordOf wordOf, uint32_t target, What what, bool note) {
+  Status waitAll(WordOf wordOf, uint32_t target, What what, bool note, bool atEntry = false) {
     std::vector<int>& pending = scratch_.pending;
     pending.clear();
     for (int q = 0; q < n_; ++q)
       if (q != me_ && !reached(*wordOf(q), target)) pending.push_back(q);
     note = note && op_.record != nullptr;
     if (note && pending.size() + 1 < static_cast<size_t>(n_)) {
-      const int64_t seenNs = lastSeenNs_ = nowNs();
+      const int64_t seenNs = lastSeenNs_ = atEntry ? enterNs_ : nowNs();
       for (int q = 0, k = 0; q < n_; ++q) {
         if (k < static_cast<int>(pending.size()) && pending[static_cast<size_t>(k)] == q) {
           ++k;
@@ -253,7 +256,8 @@ class MemoryRun {
           }
     }
     LOOM_CHECK(waitAll([&](int q) { return &mc_.header(q)->ll[g & 1].round; }, g,
-                       [] { return std::string("low-latency all-reduce"); }, true));
+                       [] { return std::string("low-latency all-reduce"); }, true,
+                       /*atEntry=*/true));
     noteArrivals([&](int q) { return mc_.header(q)->ll[g & 1].enterNs; });
     // Every peer has published round g, so each is done reading this rank's lines of round
     // g - 1: they are round g + 1's, taken for writing now, off the next call's critical path.
