@@ -317,7 +317,7 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   // same operations.
   if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000))
     return LOOM_ERROR(loomTimeout, "comm: queued operations did not finish within the timeout");
-  std::lock_guard<std::mutex> lock(comm->opMutex());
+  std::lock_guard<FutexMutex> lock(comm->opMutex());
   const int n = comm->nranks();
   std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
   LOOM_CHECK(comm->bootstrap().allGather(mine.data(), all.data(), sizeof(int32_t) * 2));
@@ -365,7 +365,7 @@ Status destroy(loomComm* h, bool abort) {
   if (comm != nullptr) {
     device::release(*comm, abort);  // staged device calls finish (or, on abort, are dropped)
     // Wait for an operation running on another thread to leave.
-    { std::lock_guard<std::mutex> lock(comm->opMutex()); }
+    { std::lock_guard<FutexMutex> lock(comm->opMutex()); }
     comm->dumpTraceIfConfigured(abort ? "abort" : "destroy");
   }
   delete h;
@@ -620,7 +620,7 @@ loomResult_t loomCommFinalize(loomComm_t comm) {
   return guard("loomCommFinalize", [&]() -> Status {
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));
     if (comm->worker && comm->worker->busy()) return loom::api::inProgress();
-    std::lock_guard<std::mutex> lock(c->opMutex());
+    std::lock_guard<loom::FutexMutex> lock(c->opMutex());
     return c->asyncError();
   });
 }

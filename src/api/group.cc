@@ -361,7 +361,7 @@ void keepReceives(Comm& comm, loomComm* h) {
   for (Inbox::Receive& r : comm.inbox().kept())
     if (r.ticket == 0) r.ticket = ticket;
   h->worker->setProgress([&comm, h](int64_t untilNs) {
-    std::unique_lock<std::mutex> lock(comm.opMutex(), std::defer_lock);
+    std::unique_lock<FutexMutex> lock(comm.opMutex(), std::defer_lock);
     if (untilNs > nowNs())
       lock.lock();  // a waiter: after the operation that runs
     else if (!lock.try_lock())
@@ -485,7 +485,7 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
 bool inGroup() { return gThreadsInGroups.load(std::memory_order_relaxed) != 0 && tGroup.depth > 0; }
 
 Status runOnComm(Comm& comm, CallList calls) {
-  std::lock_guard<std::mutex> lock(comm.opMutex());
+  std::lock_guard<FutexMutex> lock(comm.opMutex());
   log::setThreadRank(comm.rank());
   return runLocked(comm, calls);
 }
@@ -531,7 +531,7 @@ Status post(loomComm* h, Comm* comm, std::vector<Call> calls) {
 Status runOne(Comm& comm, const Call& c) {
   if (device::involvesDevice(c, comm.nranks())) return device::enqueue(comm, CallList(c));
   LOOM_CHECK(device::drain(comm));
-  std::lock_guard<std::mutex> lock(comm.opMutex());
+  std::lock_guard<FutexMutex> lock(comm.opMutex());
   log::setThreadRank(comm.rank());
   LOOM_CHECK(refuseIfFailed(comm));
   return settle(comm, runCollective(comm, c));

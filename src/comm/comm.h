@@ -30,6 +30,7 @@
 #include "transport/memory.h"
 #include "transport/transport.h"
 #include "util/status.h"
+#include "util/wait.h"
 
 namespace loom::transport {
 class TcpListener;
@@ -201,7 +202,7 @@ class Comm {
     return seq;
   }
   uint64_t lastSeq() const { return seq_.load(std::memory_order_relaxed); }
-  std::mutex& opMutex() { return opMutex_; }
+  FutexMutex& opMutex() { return opMutex_; }
   // The tuner's choices for this communicator, by collective, size class and element size
   // (src/api/group.cc); used under opMutex().
   std::unordered_map<uint64_t, algo::Algo>& choices() { return choices_; }
@@ -312,7 +313,7 @@ class Comm {
   uint64_t netSpinCount_ = 0;
   uint64_t yieldCount_ = 16;
   int ranksPerCore_ = 1;
-  std::mutex opMutex_;
+  FutexMutex opMutex_;
   std::unordered_map<uint64_t, algo::Algo> choices_;
   std::atomic<uint64_t> nextTag_{0};
   std::atomic<bool> aborted_{false};

@@ -28,6 +28,28 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void futexWakeOne(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+void FutexMutex::lockContended(uint32_t seen) {
+  // A short spin first: the holder of an operation lock is often about to leave it.
+  for (int i = 0; i < 100; ++i) {
+    cpuRelax();
+    seen = 0;
+    if (word_.compare_exchange_weak(seen, 1, std::memory_order_acquire, std::memory_order_relaxed))
+      return;
+    if (seen == 2) break;
+  }
+  // Mark the word contended, then sleep while it stays so; whoever takes it from 0 here marks it
+  // 2 too (a waiter may still sleep), so an unlock never misses a sleeper.
+  if (seen != 2) seen = word_.exchange(2, std::memory_order_acquire);
+  while (seen != 0) {
+    futexWait(&word_, 2, 100000);  // woken by unlock(); the timeout only bounds a lost wake-up
+    seen = word_.exchange(2, std::memory_order_acquire);
+  }
+}
+
 int64_t monotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

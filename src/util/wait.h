@@ -12,6 +12,36 @@ namespace loom {
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeoutUs);
 void futexWakeAll(std::atomic<uint32_t>* word);
 
+void futexWakeOne(std::atomic<uint32_t>* word);
+
+// A mutex whose uncontended lock and unlock are one atomic instruction each, inline, with no
+// call (the operation lock every call takes; docs/PERFORMANCE.md's per-call account). Its word:
+// 0 free, 1 held, 2 held with a thread asleep on the word's futex (or about to be), which the
+// unlock then wakes. Lockable: std::lock_guard and std::unique_lock take it.
+class FutexMutex {
+ public:
+  FutexMutex() = default;
+  FutexMutex(const FutexMutex&) = delete;
+  FutexMutex& operator=(const FutexMutex&) = delete;
+  void lock() {
+    uint32_t c = 0;
+    if (!word_.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed))
+      lockContended(c);
+  }
+  bool try_lock() {
+    uint32_t c = 0;
+    return word_.compare_exchange_strong(c, 1, std::memory_order_acquire,
+                                         std::memory_order_relaxed);
+  }
+  void unlock() {
+    if (word_.exchange(0, std::memory_order_release) == 2) futexWakeOne(&word_);
+  }
+
+ private:
+  void lockContended(uint32_t seen);
+  std::atomic<uint32_t> word_{0};
+};
+
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
