@@ -100,9 +100,9 @@ Schedule buildDirectAllReduce(int rank, int n, size_t count, const DirectParams&
     ready(StepOp::MemWait, 1);
     // This rank's own contribution is read from its send buffer (the same bytes as its lines,
     // without gathering them) where the op has no pre-scale (kPre then marks that first read
-    // for the verifier, as in the slices' reduce) and the kernel allows it: the output may be
-    // the first source only, so in place only on rank 0.
-    const bool ownSrc = !p.scale && (!p.inPlace || rank == 0);
+    // for the verifier, as in the slices' reduce); in place too, where the output is that
+    // source exactly (kernels::reduceMany allows it).
+    const bool ownSrc = !p.scale;
     st.push_back(makeMemStep(StepOp::MemReduce, 1, {Buf::Window, 0}, {Buf::Recv, 0}, count,
                              static_cast<uint16_t>(kPost | (ownSrc ? kOwnSrc | kPre : 0)), 0));
     return s;

@@ -984,27 +984,35 @@ TEST_P(ReduceManyTest, MatchesChainedReduce) {
       const Reducer r = MakeTestReducer(t, op, rng);
       for (uint32_t flags : flag_sets) {
         for (size_t nsrc = 1; nsrc <= kMaxSources; ++nsrc) {
-          for (bool alias : {false, true}) {
-            // Reference: dst is bufs[0] (separate) or a copy of srcs[0] (aliased).
-            // Only the buffers this case touches (dst and nsrc sources) are copied and compared.
+          // dst separate (bufs[0]), or dst the first, or the last source exactly: each step of
+          // every level reads its part of every source before it writes dst's.
+          for (size_t aliasAt : {kMaxSources, size_t{0}, nsrc - 1}) {
+            const bool alias = aliasAt != kMaxSources;
+            // Reference: the chain of reduce() calls into a separate dst (ref[0]); aliased, the
+            // result then stands in the aliased source's buffer and ref[0] keeps its bytes.
             const auto used = bufs.begin() + static_cast<long>(nsrc) + 1;
             std::vector<std::vector<unsigned char>> ref(bufs.begin(), used);
             std::vector<const void*> ref_srcs;
             for (size_t k = 0; k < nsrc; ++k) ref_srcs.push_back(ref[k + 1].data());
-            void* ref_dst = alias ? ref[1].data() : ref[0].data();
-            ReduceChain(r, ref_dst, ref_srcs, n, flags);
+            ReduceChain(r, ref[0].data(), ref_srcs, n, flags);
+            if (alias) {
+              ref[aliasAt + 1] = ref[0];
+              ref[0] = bufs[0];
+            }
+            const std::string where =
+                alias ? " dst==srcs[" + std::to_string(aliasAt) + "]" : std::string();
             for (const Level& level : kLevels) {
               const internal::KernelSet* k = internal::kernelsFor(level.isa);
               if (k == nullptr) continue;
               std::vector<std::vector<unsigned char>> got(bufs.begin(), used);
               std::vector<const void*> srcs;
               for (size_t q = 0; q < nsrc; ++q) srcs.push_back(got[q + 1].data());
-              void* dst = alias ? got[1].data() : got[0].data();
+              void* dst = alias ? got[aliasAt + 1].data() : got[0].data();
               k->reduceMany(r, dst, srcs.data(), nsrc, n, flags);
               if (got != ref) {
                 ADD_FAILURE() << level.name << " " << t.name << " "
                               << kOpNames[static_cast<int>(op)] << " flags=" << flags
-                              << " nsrc=" << nsrc << " n=" << n << (alias ? " dst==srcs[0]" : "")
+                              << " nsrc=" << nsrc << " n=" << n << where
                               << ": differs from the chain of reduce() calls";
                 return;
               }
@@ -1013,12 +1021,11 @@ TEST_P(ReduceManyTest, MatchesChainedReduce) {
             std::vector<std::vector<unsigned char>> got(bufs.begin(), used);
             std::vector<const void*> srcs;
             for (size_t q = 0; q < nsrc; ++q) srcs.push_back(got[q + 1].data());
-            loom::kernels::reduceMany(r, alias ? got[1].data() : got[0].data(), srcs.data(), nsrc,
-                                      n, flags);
+            loom::kernels::reduceMany(r, alias ? got[aliasAt + 1].data() : got[0].data(),
+                                      srcs.data(), nsrc, n, flags);
             if (got != ref) {
               ADD_FAILURE() << "reduceMany() " << t.name << " " << kOpNames[static_cast<int>(op)]
-                            << " flags=" << flags << " nsrc=" << nsrc << " n=" << n
-                            << (alias ? " dst==srcs[0]" : "")
+                            << " flags=" << flags << " nsrc=" << nsrc << " n=" << n << where
                             << ": differs from the chain of reduce() calls";
               return;
             }

@@ -70,8 +70,9 @@ void reduce(const Reducer& r, void* dst, const void* in, const void* local, size
 // bit that of chaining reduce(r, dst, acc, srcs[k], n, 0) for k = 1, 2, ... with acc =
 // srcs[0] and then dst (kPost on the last call only). kPre is not applied: the sources are
 // already scaled. One source gives reduce(r, dst, nullptr, srcs[0], n, flags & kPost); none
-// does nothing. dst may alias srcs[0] exactly, no other source. Each source is read once
-// and dst written once.
+// does nothing. dst may alias any one source exactly: every level reads an element's (or a
+// step's) part of every source before it writes dst's. Each source is read once and dst
+// written once.
 void reduceMany(const Reducer& r, void* dst, const void* const* srcs, size_t nsrc, size_t n,
                 uint32_t flags);
 
