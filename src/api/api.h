@@ -101,6 +101,9 @@ class CallList {
   size_t n_;
 };
 
+// Every run of calls first refuses a communicator that failed earlier, naming that failure.
+Status refuseIfFailed(const Comm& comm);
+
 // The reduction of a call (built-in op or the communicator's PreMulSum).
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 

@@ -329,10 +329,7 @@ Status enqueue(Comm& comm, api::CallList calls) {
                         "stream: calls of one group on one communicator must use one stream");
   DeviceGuard guard(st.device);
   LOOM_CHECK(ipcError(comm, st));
-  Status prior = comm.asyncError();
-  if (!prior.isOk())
-    return Status(prior.code(),
-                  comm.describe() + ": communicator failed earlier: " + prior.message());
+  LOOM_CHECK(api::refuseIfFailed(comm));
   const Call& c = calls[0];
   if (calls.size() == 1 && c.kind == Call::Collective && c.coll == algo::Coll::AllReduce &&
       comm.nranks() > 1 && isDevicePointer(c.sendbuff) && isDevicePointer(c.recvbuff)) {

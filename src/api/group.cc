@@ -337,6 +337,16 @@ Status runCollective(Comm& comm, const Call& c) {
   return s;
 }
 
+// A run's failure, other than a refused argument, fails the communicator (its peers learn of it
+// through the broken connections).
+Status settle(Comm& comm, Status s) {
+  if (!s.isOk() && s.code() != loomInvalidArgument) {
+    LOOM_WARN(kExec, "%s", s.message().c_str());
+    comm.fail(s);
+  }
+  return s;
+}
+
 // Moves a non-blocking communicator's kept receives (exec::progressKept) until untilNs, under
 // the operation lock: each that ends ends its operation's record and ticket; a failure fails
 // the communicator, as it would have had the operation waited.
@@ -345,10 +355,7 @@ void progressKept(Comm& comm, loomComm* h, int64_t untilNs) {
   exec::progressKept(comm, untilNs, [&](const Inbox::Receive& r, const Status& s) {
     if (r.record != nullptr && r.record->seq.get() == r.seq) comm.recorder().end(r.record, s);
     worker->finishKept(r.ticket, s);
-    if (!s.isOk() && s.code() != loomInvalidArgument) {
-      LOOM_WARN(kExec, "%s", s.message().c_str());
-      comm.fail(s);
-    }
+    (void)settle(comm, s);
   });
 }
 
@@ -368,24 +375,6 @@ void keepReceives(Comm& comm, loomComm* h) {
       return;  // the worker's look: an operation runs, and looks itself when it ends
     progressKept(comm, h, untilNs);
   });
-}
-
-// Every run of calls first refuses a communicator that failed earlier.
-Status refuseIfFailed(const Comm& comm) {
-  if (!comm.hasFailed()) return Status::ok();
-  Status prior = comm.asyncError();
-  return Status(prior.code(),
-                comm.describe() + ": communicator failed earlier: " + prior.message());
-}
-
-// A run's failure, other than a refused argument, fails the communicator (its peers learn of it
-// through the broken connections).
-Status settle(Comm& comm, Status s) {
-  if (!s.isOk() && s.code() != loomInvalidArgument) {
-    LOOM_WARN(kExec, "%s", s.message().c_str());
-    comm.fail(s);
-  }
-  return s;
 }
 
 Status runLocked(Comm& comm, CallList calls) {
@@ -468,6 +457,13 @@ Status runLocked(Comm& comm, CallList calls) {
 }
 
 }  // namespace
+
+Status refuseIfFailed(const Comm& comm) {
+  if (!comm.hasFailed()) return Status::ok();
+  Status prior = comm.asyncError();
+  return Status(prior.code(),
+                comm.describe() + ": communicator failed earlier: " + prior.message());
+}
 
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
   if (!reduces(c.coll)) return kernels::Reducer{};
