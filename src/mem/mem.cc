@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "util/shm.h"
+
 namespace loom::mem {
 namespace {
 
@@ -21,6 +24,7 @@ struct Segment {
   uint64_t token;
   char* base;
   size_t bytes;
+  int fd = -1;  // an owned segment's descriptor, holding its lock while it is named (util/shm.h)
 };
 
 std::mutex gMutex;
@@ -58,36 +62,24 @@ Result<void*> alloc(size_t bytes) {
   if (bytes == 0) return LOOM_ERROR(loomInvalidArgument, "size: 0 bytes");
   static std::once_flag once;
   std::call_once(once, [] { std::atexit(unlinkAtExit); });
+  // Buffers of processes that were killed, once in each process (a forked child too).
+  static std::atomic<pid_t> sweptBy{0};
+  if (const pid_t self = getpid(); sweptBy.exchange(self) != self) shm::removeAbandoned();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t len = (bytes + page - 1) / page * page;
-  uint64_t token = 0;
-  int fd = -1;
-  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-    token = randomToken();
-    fd = shm_open(nameOf(token).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0)
-    return LOOM_ERROR(loomSystemError,
-                      std::string("loomMemAlloc: shm_open: ") + std::strerror(errno));
+  const uint64_t token = randomToken();  // 64 random bits: names do not collide
   const std::string name = nameOf(token);
-  if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
-    const int err = errno;
-    close(fd);
-    shm_unlink(name.c_str());
-    return LOOM_ERROR(loomSystemError, "loomMemAlloc: cannot size " + std::to_string(bytes) +
-                                           " bytes of shared memory: " + std::strerror(err));
-  }
+  LOOM_ASSIGN(const int fd, shm::createHeld(name, len, "loomMemAlloc"));
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int err = errno;
-  close(fd);
   if (p == MAP_FAILED) {
     shm_unlink(name.c_str());
+    close(fd);
     return LOOM_ERROR(loomSystemError, std::string("loomMemAlloc: mmap: ") + std::strerror(err));
   }
   std::memset(p, 0, len);  // every page touched now, never in a collective
   std::lock_guard<std::mutex> lock(gMutex);
-  owned().push_back({token, static_cast<char*>(p), len});
+  owned().push_back({token, static_cast<char*>(p), len, fd});
   return p;
 }
 
@@ -97,6 +89,7 @@ Status free(void* ptr) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].base != ptr) continue;
     shm_unlink(nameOf(v[i].token).c_str());
+    close(v[i].fd);
     munmap(v[i].base, v[i].bytes);
     v.erase(v.begin() + static_cast<long>(i));
     return Status::ok();

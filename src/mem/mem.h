@@ -7,7 +7,10 @@
 // mapped and pre-faulted once. A peer that sees the token in a rank's direct
 // header maps the segment once (cached per process) and reads the bytes at the
 // published offset. The name is unlinked at loomMemFree and at process exit;
-// a peer's mapping keeps the memory alive until that peer exits.
+// a peer's mapping keeps the memory alive until that peer exits. The allocating
+// process holds each segment's lock while it is named, so the buffers of a
+// process that was killed are removed by a later first loomMemAlloc or set-up
+// on the host (util/shm.h).
 #pragma once
 
 #include <cstddef>

@@ -4,10 +4,14 @@
 // buffers leave nothing in /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -133,6 +137,46 @@ TEST(MemAlloc, BadArgumentsAndNoLeftovers) {
   EXPECT_EQ(loomMemFree(p), loomSuccess);
   EXPECT_EQ(loomMemFree(p), loomInvalidArgument);  // freed already
   EXPECT_EQ(countMemSegments(), before);
+}
+
+// A process killed while it holds a buffer cannot unlink it; the next process on the host to
+// allocate one removes it (the killed process no longer holds its lock: util/shm.h).
+TEST(MemAlloc, KilledProcessesBuffersAreRemovedByTheNextProcess) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t victim = fork();
+  ASSERT_GE(victim, 0);
+  if (victim == 0) {  // allocates, reports its segment's name from its own mappings, dies
+    void* p = nullptr;
+    if (loomMemAlloc(&p, 1 << 20) != loomSuccess) _exit(3);
+    std::ifstream maps("/proc/self/maps");
+    std::string line, name;
+    while (std::getline(maps, line) && name.empty())
+      if (line.find("/dev/shm/loom-mem-") != std::string::npos)
+        name = line.substr(line.find("/dev/shm/") + 8, 26);  // "/loom-mem-" and 16 hex digits
+    if (write(fds[1], name.data(), name.size()) != static_cast<ssize_t>(name.size())) _exit(4);
+    raise(SIGKILL);
+  }
+  close(fds[1]);
+  char buf[64] = {};
+  const ssize_t got = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(victim, &status, 0), victim);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the victim exited with " << WEXITSTATUS(status);
+  ASSERT_EQ(got, 26) << "the victim did not report its buffer";
+  const std::string path = std::string("/dev/shm") + buf;
+  ASSERT_EQ(access(path.c_str(), F_OK), 0) << path << " should be left by the killed process";
+  const pid_t next = fork();
+  ASSERT_GE(next, 0);
+  if (next == 0) {  // a fresh process's first allocation
+    void* p = nullptr;
+    _exit(loomMemAlloc(&p, 4096) == loomSuccess && loomMemFree(p) == loomSuccess ? 0 : 1);
+  }
+  ASSERT_EQ(waitpid(next, &status, 0), next);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " is still in /dev/shm";
+  unlink(path.c_str());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "transport/shm/shm_connection.h"
 #include "util/log.h"
 #include "util/pages.h"
+#include "util/shm.h"
 
 namespace loom::transport {
 namespace {
@@ -30,29 +31,16 @@ Status sysError(const std::string& what) {
 }  // namespace
 
 Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, size_t bytes) {
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0 && errno == EEXIST) {
-    LOOM_WARN(kTransport, "removing stale shared-memory segment %s", name.c_str());
-    shm_unlink(name.c_str());
-    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  }
-  if (fd < 0) return sysError("shm_open(" + name + ")");
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    Status s = sysError("ftruncate(" + name + ", " + std::to_string(bytes) +
-                        ") (is /dev/shm large enough?)");
-    close(fd);
-    shm_unlink(name.c_str());
-    return s;
-  }
+  LOOM_ASSIGN(const int fd, shm::createHeld(name, bytes, "shared-memory transport"));
   // MAP_POPULATE faults every page in now, not on the data path.
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  close(fd);
   if (p == MAP_FAILED) {
     Status s = sysError("mmap(" + name + ")");
     shm_unlink(name.c_str());
+    close(fd);
     return s;
   }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, p, bytes, true));
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, p, bytes, fd));
 }
 
 Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name, size_t bytes) {
@@ -61,12 +49,14 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name, si
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return sysError("mmap(" + name + ") of a peer");
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, p, bytes, false));
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, p, bytes, -1));
 }
 
 void ShmSegment::unlink() {
-  if (owner_ && !name_.empty()) shm_unlink(name_.c_str());
+  if (heldFd_ >= 0 && !name_.empty()) shm_unlink(name_.c_str());
   name_.clear();
+  if (heldFd_ >= 0) close(heldFd_);  // the lock goes only once the name is gone
+  heldFd_ = -1;
 }
 
 ShmSegment::~ShmSegment() {
@@ -90,6 +80,7 @@ Result<Links> ShmTransport::connect(const SetupArgs& args) {
   const size_t myIndex = static_cast<size_t>(
       std::find(localRanks.begin(), localRanks.end(), args.rank) - localRanks.begin());
   if (nlocal > 1) {
+    shm::removeAbandoned();  // segments of processes killed during an earlier set-up
     LOOM_ASSIGN(auto mine, ShmSegment::create(segmentName(args.commHash, args.rank), segBytes));
     segments->push_back(std::move(mine));
   }

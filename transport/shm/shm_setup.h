@@ -17,7 +17,8 @@
 namespace loom::transport {
 
 // An mmap'ed shared-memory segment; unmaps (and unlinks, if still named and
-// owned) on destruction.
+// owned) on destruction. The creator holds the segment's lock until it unlinks the name, so a
+// segment whose creator was killed during set-up is removed at a later set-up (util/shm.h).
 class ShmSegment {
  public:
   static Result<std::unique_ptr<ShmSegment>> create(const std::string& name, size_t bytes);
@@ -30,12 +31,12 @@ class ShmSegment {
   void unlink();
 
  private:
-  ShmSegment(std::string name, void* ptr, size_t bytes, bool owner)
-      : name_(std::move(name)), ptr_(ptr), bytes_(bytes), owner_(owner) {}
+  ShmSegment(std::string name, void* ptr, size_t bytes, int heldFd)
+      : name_(std::move(name)), ptr_(ptr), bytes_(bytes), heldFd_(heldFd) {}
   std::string name_;
   void* ptr_;
   size_t bytes_;
-  bool owner_;
+  int heldFd_;  // the creator's descriptor, which holds the segment's lock (util/shm.h); -1 else
 };
 
 // Shared memory among the ranks of one host: SetupArgs::peers are the other local ranks.
