@@ -288,9 +288,11 @@ struct DirectTuning {
   // A round not streamed takes at most this of a window buffer (half where two ranks share
   // a core), so that it stays in the caches.
   size_t cachedRoundBytes = 0;
-  // Symmetric form up to symmetricBytes / nranks; or, where symmetricFixedBytes >= 0, up to
-  // that whatever the ranks.
+  // Symmetric form up to symmetricBytes / nranks; where every rank has a core and
+  // symmetricOwnCoreBytes > 0, up to that whatever the ranks; where symmetricFixedBytes >= 0
+  // (LOOM_DIRECT_SYM_MAX, or the start-up calibration's limit), up to that in every case.
   size_t symmetricBytes = 0;
+  size_t symmetricOwnCoreBytes = 0;
   int64_t symmetricFixedBytes = -1;
 };
 enum class CpuVendor : uint8_t { Amd, Intel, Other };
@@ -309,6 +311,18 @@ struct DirectParams {
   DirectTuning tuning;
 };
 DirectForm directForm(size_t bytes, int nranks, const DirectParams& p);
+// The start-up calibration's rule for one limit between two forms (src/api/calibrate.cc):
+// given each form's time at ascending sizes, the smaller form (LL against symmetric, symmetric
+// against slices) loses a size where it took more than kFormTolerance times the larger one's
+// time; its limit is the size before its first loss that a second loss follows at once (or
+// that is the last size measured), 0 when that is the first size. One loss between wins is
+// taken as the noise of a shared host; a time that is not a number is a loss.
+constexpr double kFormTolerance = 1.03;
+struct FormTimes {
+  size_t bytes = 0;
+  double smallerUs = 0, largerUs = 0;
+};
+size_t formLimit(const std::vector<FormTimes>& times);
 // What build(Algo::Direct, Coll::AllReduce, ...) uses (the cost model's and the tools' view):
 // 4-byte elements, windows of kDirectWindowBytes, LL up to kDirectLLMaxBytes, one rank a core,
 // out of place, the table for an unnamed CPU.

@@ -104,6 +104,11 @@ class CallList {
 // Every run of calls first refuses a communicator that failed earlier, naming that failure.
 Status refuseIfFailed(const Comm& comm);
 
+// The direct all-reduce's parameters on this communicator before a call's own (element size,
+// pre-scale, in place, exposed input): its windows, the CPU's thresholds, LOOM_DIRECT_*,
+// LOOM_PROTO and the limits measured at start-up. Only where comm.hasDirect().
+algo::DirectParams directBase(const Comm& comm);
+
 // The reduction of a call (built-in op or the communicator's PreMulSum).
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/kernels/cpu/reduce.h"
+#include "api/api.h"
 #include "exec/executor.h"
 #include "util/env.h"
 #include "util/log.h"
@@ -95,6 +97,183 @@ Pairing pairUp(const std::vector<int>& hostOf, int me) {
   return p;
 }
 
+// ---- The direct all-reduce's forms ----
+//
+// Each limit is priced between two forms at fixed sizes: LL against symmetric up to the
+// window's LL size, symmetric against slices above. At every size the two forms take turns,
+// kFormBatches batches of calls each; a form's time is the median of its batches' mean call
+// times. Every rank runs the same calls in the same order (the counts are fixed, not taken from
+// a rank's own clock); rank 0's times decide (algo::formLimit), and every rank takes its limits.
+constexpr size_t kLLSizes[] = {8, 64, 128, 192, 256, 320, 384};
+constexpr size_t kSymSizes[] = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+constexpr size_t kStreamSizes[] = {16384, 32768, 65536, 131072, 262144};
+constexpr int kFormBatches = 5;
+int callsPerBatch(size_t bytes) { return bytes <= 4096 ? 64 : 32; }
+constexpr int kUntimedCalls = 4;
+
+// Slices as the parameters say; Cached and Streamed: slices with every copy others read
+// cached or streamed (DirectTuning::streamBytes).
+enum class Forced { LL, Symmetric, Slices, Cached, Streamed };
+
+algo::DirectParams forced(algo::DirectParams p, Forced f) {
+  p.llMaxBytes = f == Forced::LL ? transport::kLLMaxBytes : 0;
+  p.tuning.symmetricFixedBytes = f == Forced::Symmetric ? int64_t{1} << 40 : 0;
+  if (f == Forced::Cached || f == Forced::Streamed)
+    p.tuning.streamBytes = f == Forced::Streamed ? 0 : SIZE_MAX;
+  return p;
+}
+
+// Median per-call time (us) of `bytes` in forms a and b, taking turns.
+Result<std::pair<double, double>> timeForms(Comm& comm, const algo::DirectParams& base,
+                                            size_t bytes, Forced a, Forced b, const float* in,
+                                            float* out) {
+  const size_t count = bytes / sizeof(float);
+  exec::OpArgs op;
+  op.name = "calibration";
+  op.sendbuff = in;
+  op.recvbuff = out;
+  op.elemSize = sizeof(float);
+  op.reducer = kernels::makeReducer(loomFloat32, loomSum, comm.nranks());
+  const algo::Schedule sa =
+      algo::buildDirectAllReduce(comm.rank(), comm.nranks(), count, forced(base, a));
+  const algo::Schedule sb =
+      algo::buildDirectAllReduce(comm.rank(), comm.nranks(), count, forced(base, b));
+  const int calls = callsPerBatch(bytes);
+  std::vector<double> ta, tb;
+  auto batch = [&](const algo::Schedule& sched, std::vector<double>* us) -> Status {
+    op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+    // Untimed calls first: the lines the other form left in the caches move out.
+    for (int i = 0; i < kUntimedCalls; ++i) LOOM_CHECK(exec::run(comm, sched, op));
+    const int64_t t0 = nowNs();
+    for (int i = 0; i < calls; ++i) LOOM_CHECK(exec::run(comm, sched, op));
+    us->push_back(static_cast<double>(nowNs() - t0) / 1e3 / calls);
+    return Status::ok();
+  };
+  for (int k = 0; k < kFormBatches; ++k) {
+    LOOM_CHECK(batch(sa, &ta));
+    LOOM_CHECK(batch(sb, &tb));
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return std::make_pair(ta[ta.size() / 2], tb[tb.size() / 2]);
+}
+
+// The first calls after set-up can run many times slower for some tens of milliseconds
+// (docs/journal/perf.md, stop 44: about 20 ms at 8 bytes; 51 us a call against 0.1 us in this
+// calibration's first size). The timing starts once rank 0 has warmed up for kWarmupMinNs and
+// its last three batches of 8-byte calls were within 1.5 times its best, or after kWarmupMaxNs.
+// Its decision reaches every rank through an all-reduce of one word, which only rank 0 sets.
+constexpr int64_t kWarmupMinNs = 40'000'000, kWarmupMaxNs = 300'000'000;
+
+Status warmUp(Comm& comm, const algo::DirectParams& base) {
+  exec::OpArgs op;
+  op.name = "calibration";
+  op.elemSize = sizeof(float);
+  op.reducer = kernels::makeReducer(loomFloat32, loomSum, comm.nranks());
+  const algo::Schedule sched =
+      algo::buildDirectAllReduce(comm.rank(), comm.nranks(), 2, forced(base, Forced::Symmetric));
+  float in[2] = {1, 1}, out[2] = {0, 0}, go[2] = {0, 0}, all[2] = {0, 0};
+  const int64_t start = nowNs();
+  double best = 1e30;
+  int steady = 0;
+  for (;;) {
+    op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+    op.sendbuff = in;
+    op.recvbuff = out;
+    const int64_t t0 = nowNs();
+    for (int i = 0; i < callsPerBatch(8); ++i) LOOM_CHECK(exec::run(comm, sched, op));
+    const double us = static_cast<double>(nowNs() - t0) / 1e3;
+    best = std::min(best, us);
+    steady = us <= 1.5 * best ? steady + 1 : 0;
+    const int64_t spent = nowNs() - start;
+    go[0] = comm.rank() == 0 && spent < kWarmupMaxNs && (spent < kWarmupMinNs || steady < 3);
+    op.sendbuff = go;
+    op.recvbuff = all;
+    LOOM_CHECK(exec::run(comm, sched, op));
+    if (all[0] == 0) return Status::ok();
+  }
+}
+
+std::string describe(const std::vector<algo::FormTimes>& times) {
+  std::string out;
+  char item[64];
+  for (const algo::FormTimes& t : times) {
+    std::snprintf(item, sizeof(item), " %zu:%.3f/%.3f", t.bytes, t.smallerUs, t.largerUs);
+    out += item;
+  }
+  return out;
+}
+
+// Where the slices form's copies start to stream (out of place, or in place where `inPlace`):
+// above the last size cached copies kept; at the first size timed where they kept none; at the
+// table's size, or above the sizes timed, where they kept them all.
+Result<size_t> streamFrom(Comm& comm, algo::DirectParams p, bool inPlace, const float* in,
+                          float* out, std::vector<algo::FormTimes>* times) {
+  p.inPlace = inPlace;
+  for (size_t bytes : kStreamSizes) {
+    LOOM_ASSIGN(auto t, timeForms(comm, p, bytes, Forced::Cached, Forced::Streamed,
+                                  inPlace ? out : in, out));
+    times->push_back({bytes, t.first, t.second});
+  }
+  const size_t largest = kStreamSizes[std::size(kStreamSizes) - 1];
+  const size_t cachedUpTo = algo::formLimit(*times);
+  return cachedUpTo == 0        ? kStreamSizes[0]
+         : cachedUpTo < largest ? cachedUpTo + 1
+                                : std::max(p.tuning.streamBytes, largest + 1);
+}
+
+// Measures the limits on every rank and installs rank 0's (Comm::setDirectLimits).
+Status calibrateDirect(Comm& comm) {
+  const algo::DirectParams base = directBase(comm);
+  const size_t largest = kStreamSizes[std::size(kStreamSizes) - 1];
+  std::vector<float> in(largest / sizeof(float), 1.0f), out(largest / sizeof(float), 0.0f);
+  LOOM_CHECK(warmUp(comm, base));
+  std::vector<algo::FormTimes> ll, sym, stream, streamInPlace;
+  // LL is timed unless LOOM_PROTO rules it out for all-reduce (then no size takes it).
+  for (size_t bytes : kLLSizes) {
+    if (base.llMaxBytes == 0) break;
+    LOOM_ASSIGN(auto t,
+                timeForms(comm, base, bytes, Forced::LL, Forced::Symmetric, in.data(), out.data()));
+    ll.push_back({bytes, t.first, t.second});
+  }
+  LOOM_ASSIGN(const size_t from, streamFrom(comm, base, false, in.data(), out.data(), &stream));
+  LOOM_ASSIGN(const size_t fromInPlace,
+              streamFrom(comm, base, true, in.data(), out.data(), &streamInPlace));
+  // The slices form as it will run out of place: streamed from there.
+  algo::DirectParams slices = base;
+  slices.tuning.streamBytes = from;
+  for (size_t bytes : kSymSizes) {
+    LOOM_ASSIGN(auto t, timeForms(comm, slices, bytes, Forced::Symmetric, Forced::Slices, in.data(),
+                                  out.data()));
+    sym.push_back({bytes, t.first, t.second});
+  }
+  int64_t mine[4] = {static_cast<int64_t>(algo::formLimit(ll)),
+                     static_cast<int64_t>(algo::formLimit(sym)), static_cast<int64_t>(from),
+                     static_cast<int64_t>(fromInPlace)};
+  std::vector<int64_t> all(4 * static_cast<size_t>(comm.nranks()));
+  LOOM_CHECK(comm.bootstrap().allGather(mine, all.data(), sizeof(mine)));
+  Comm::DirectLimits limits;
+  limits.llMaxBytes = all[0];
+  limits.symmetricMaxBytes = all[1];
+  limits.streamBytes = all[2];
+  limits.streamInPlaceBytes = all[3];
+  comm.setDirectLimits(limits);
+  if (comm.rank() == 0)
+    LOOM_INFO(kTune,
+              "direct forms timed (bytes:smaller/larger us): LL/symmetric%s; "
+              "cached/streamed%s; in place%s; symmetric/slices%s",
+              describe(ll).c_str(), describe(stream).c_str(), describe(streamInPlace).c_str(),
+              describe(sym).c_str());
+  LOOM_INFO(kTune,
+            "calibrated direct forms: LL up to %lld B, symmetric up to %lld B, streamed from "
+            "%lld B (in place %lld B)",
+            static_cast<long long>(limits.llMaxBytes),
+            static_cast<long long>(limits.symmetricMaxBytes),
+            static_cast<long long>(limits.streamBytes),
+            static_cast<long long>(limits.streamInPlaceBytes));
+  return Status::ok();
+}
+
 }  // namespace
 
 Status calibrate(Comm& comm) {
@@ -113,7 +292,9 @@ Status calibrate(Comm& comm) {
   std::memcpy(mine.data(), table.data(), std::min(table.size(), kTableBytes - 1));
   LOOM_CHECK(comm.bootstrap().allGather(mine.data(), all.data(), kTableBytes));
   const std::string agreed(all.data(), strnlen(all.data(), kTableBytes));
-  return comm.setCostTable(agreed);
+  LOOM_CHECK(comm.setCostTable(agreed));
+  // The direct all-reduce's forms, on a communicator whose ranks all share a host.
+  return comm.hasDirect() ? calibrateDirect(comm) : Status::ok();
 }
 
 }  // namespace loom::api

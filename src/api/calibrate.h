@@ -6,6 +6,11 @@
 // (algo::fitLinkCost), writes the fit as a LOOM_TUNER_TABLE text, and every rank takes rank 0's
 // text from an all-gather: the tuner's choices must agree on every rank, so no rank uses its
 // own measurement. Ranks that take part in no ping-pong only join the all-gather.
+//
+// Where every rank shares the host (the direct all-reduce runs), the ranks then time its forms
+// against each other at fixed sizes, taking turns (LL against symmetric up to 384 bytes,
+// symmetric against slices from 512 bytes to 128 KiB), after a warm-up; rank 0's times give
+// the limits (algo::formLimit), which every rank takes (Comm::setDirectLimits).
 #pragma once
 
 #include <string>

@@ -231,22 +231,46 @@ const algo::DirectTuning& directTuning() {
 // (transport::kLLMaxBytes) where every rank has a core, one line (kLLBytes) where ranks
 // outnumber the cores, whose waits are decided by the scheduler and where the lines past the
 // first measured slower than the symmetric form (8 ranks on 2 cores); none when LOOM_PROTO
-// rules LL out for all-reduce.
+// rules LL out for all-reduce. Limits measured at start-up (Comm::directLimits) replace these
+// and the CPU table's symmetric and streaming limits; LOOM_DIRECT_SYM_MAX and
+// LOOM_DIRECT_STREAM_BYTES still rule over them.
 static_assert(algo::kDirectLLMaxBytes == transport::kLLMaxBytes,
               "the IR's LL size is the window's");
 static_assert(algo::kDirectSlots == transport::kWindowBuffers, "the IR's buffers are the window's");
 
-algo::DirectParams directParams(const Comm& comm, const Call& c, const exec::OpArgs& op,
-                                bool inPlace) {
+}  // namespace
+
+algo::DirectParams directBase(const Comm& comm) {
   static const bool llAllowed = protoSelection().allows(algo::Coll::AllReduce, algo::kProtoLL);
   algo::DirectParams p;
-  p.elemSize = op.elemSize;
   p.windowBytes = comm.memory()->windowBytes();
   p.llMaxBytes = !llAllowed ? 0 : comm.outnumbered() ? transport::kLLBytes : transport::kLLMaxBytes;
   p.ranksPerCore = comm.ranksPerCore();
+  p.tuning = directTuning();
+  const Comm::DirectLimits& measured = comm.directLimits();
+  if (llAllowed && measured.llMaxBytes >= 0)
+    p.llMaxBytes = std::min(static_cast<size_t>(measured.llMaxBytes), transport::kLLMaxBytes);
+  if (p.tuning.symmetricFixedBytes < 0)  // LOOM_DIRECT_SYM_MAX, when set, rules
+    p.tuning.symmetricFixedBytes = measured.symmetricMaxBytes;
+  return p;
+}
+
+namespace {
+
+algo::DirectParams directParams(const Comm& comm, const Call& c, const exec::OpArgs& op,
+                                bool inPlace) {
+  algo::DirectParams p = directBase(comm);
+  p.elemSize = op.elemSize;
   p.scale = op.reducer.hasScale;
   p.inPlace = inPlace;
-  p.tuning = directTuning();
+  // The streaming limit measured at start-up (LOOM_DIRECT_STREAM_BYTES rules).
+  const int64_t measuredStream =
+      inPlace ? comm.directLimits().streamInPlaceBytes : comm.directLimits().streamBytes;
+  if (measuredStream >= 0 && env::directStreamBytes() <= 0) {
+    p.tuning.streamBytes = static_cast<size_t>(measuredStream);
+    if (env::directStreamOutputBytes() <= 0)
+      p.tuning.streamOutputBytes = algo::streamOutputBytesFor(p.tuning.streamBytes);
+  }
   // An input in loomMemAlloc memory is read in place by the peers (slices form only).
   const size_t bytes = c.count * op.elemSize;
   if (!p.scale && algo::directForm(bytes, comm.nranks(), p) == algo::DirectForm::Slices)

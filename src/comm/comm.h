@@ -135,6 +135,23 @@ class Comm {
     return Status::ok();
   }
   const std::string& costTable() const { return costTable_; }
+  // The direct all-reduce's form limits measured at start-up (src/api/calibrate.h), the same on
+  // every rank: the low-latency form up to llMaxBytes, the symmetric one up to
+  // symmetricMaxBytes, the slices form's copies streamed from streamBytes out of place and
+  // from streamInPlaceBytes in place (on AMD EPYC in place gained from streaming at 64-128 KiB
+  // where out of place did not); -1 where not measured (the CPU's table and LOOM_DIRECT_*
+  // decide).
+  struct DirectLimits {
+    int64_t llMaxBytes = -1;
+    int64_t symmetricMaxBytes = -1;
+    int64_t streamBytes = -1;
+    int64_t streamInPlaceBytes = -1;
+  };
+  void setDirectLimits(const DirectLimits& l) {
+    directLimits_ = l;
+    lastPlan_.valid = false;  // its schedule may be another form's now
+  }
+  const DirectLimits& directLimits() const { return directLimits_; }
   // Scratch memory for schedules that keep partial results outside the caller's buffers
   // (algo::Buf::Scratch): grown to the largest request and kept, its pages touched once when
   // allocated. Used under the communicator's lock.
@@ -287,6 +304,7 @@ class Comm {
   LastPlan lastPlan_;
   ExecScratch execScratch_;
   std::string costTable_;
+  DirectLimits directLimits_;
   std::vector<char> scratch_;
   algo::Link netLink_ = algo::Link::Tcp;
   std::shared_ptr<void> ibDevice_;  // transport::ib::Device, where ib peers exist

@@ -78,7 +78,10 @@ constexpr Var kVars[] = {
      "links shm, tcp, nvlink, pcie, net; reduce GB/s) over its defaults"},
     {"LOOM_TUNER_CALIBRATE", "0",
      "1: at start-up rank 0 times ping-pongs over each kind of link it has and every rank's "
-     "tuner prices with that fit (over LOOM_TUNER_TABLE)"},
+     "tuner prices with that fit (over LOOM_TUNER_TABLE); where all ranks share a host the ranks "
+     "also time the direct all-reduce's forms against each other (LL, symmetric, slices, copies "
+     "cached or streamed, in and out of place) and take rank 0's limits (LOOM_DIRECT_SYM_MAX and "
+     "LOOM_DIRECT_STREAM_BYTES rule over them); about 0.1-0.3 s"},
     {"LOOM_PROTO", "",
      "protocols: LL (input and round number in each cache line; up to 384 B, 48 B where "
      "ranks outnumber cores) or simple; same syntax as LOOM_ALGO",
@@ -104,7 +107,7 @@ constexpr Var kVars[] = {
      "the ranks a core runs (0: by LOOM_DIRECT_STREAM_BYTES, as above)"},
     {"LOOM_DIRECT_SYM_MAX", "-1",
      "direct all-reduce: every rank reduces the whole message up to this many bytes (-1: 64 KiB "
-     "divided by the number of ranks)"},
+     "divided by the number of ranks; 512 B on AMD CPUs where every rank has a core)"},
     {"LOOM_TOPO_FILE", "",
      "read this host's topology from this file (NCCL topology XML or hwloc XML) instead of "
      "detecting it",

@@ -23,7 +23,8 @@ namespace {
 // any size if no one holds it. Takes the lock to find out; the caller closes fd, which drops
 // it.
 bool removable(const std::string& name, int fd, bool sweep) {
-  struct stat st {}, now {};
+  struct stat st {
+  }, now{};
   if (fstat(fd, &st) != 0) return false;
   const bool mine = st.st_uid == geteuid();
   if (sweep && (!mine || st.st_size == 0)) return false;
@@ -39,7 +40,8 @@ bool remove(const std::string& name, bool sweep) {
   const bool gone = removable(name, fd, sweep) && shm_unlink(name.c_str()) == 0;
   close(fd);
   if (gone)
-    LOOM_WARN(kTransport, "removed shared-memory segment %s (no live process held it, or another user's)",
+    LOOM_WARN(kTransport,
+              "removed shared-memory segment %s (no live process held it, or another user's)",
               name.c_str());
   return gone;
 }
@@ -62,10 +64,10 @@ Result<int> createHeld(const std::string& name, size_t bytes, const char* what) 
     const int err = errno;
     close(fd);
     shm_unlink(name.c_str());
-    return LOOM_ERROR(loomSystemError, std::string(what) + ": cannot lock or size " + name +
-                                           " to " + std::to_string(bytes) +
-                                           " bytes (is /dev/shm large enough?): " +
-                                           std::strerror(err));
+    return LOOM_ERROR(loomSystemError,
+                      std::string(what) + ": cannot lock or size " + name + " to " +
+                          std::to_string(bytes) +
+                          " bytes (is /dev/shm large enough?): " + std::strerror(err));
   }
   return fd;
 }
@@ -75,8 +77,7 @@ int removeAbandoned() {
   if (d == nullptr) return 0;
   int n = 0;
   while (dirent* e = readdir(d))
-    if (std::strncmp(e->d_name, "loom-", 5) == 0 && remove(std::string("/") + e->d_name, true))
-      ++n;
+    if (std::strncmp(e->d_name, "loom-", 5) == 0 && remove(std::string("/") + e->d_name, true)) ++n;
   closedir(d);
   return n;
 }

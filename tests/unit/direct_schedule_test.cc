@@ -4,6 +4,7 @@
 // wait, a gather that does not wait, two buffers where the protocol needs three.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -232,6 +233,55 @@ TEST(DirectSchedule, TheDumpNamesMemoryStepsAndTheWindow) {
   EXPECT_TRUE(Contains(j, "{\"op\":\"memPublish\",\"round\":1,\"word\":\"ready\"}"));
   EXPECT_TRUE(Contains(j, "\"op\":\"memGather\""));
   EXPECT_TRUE(Contains(j, "\"op\":\"memReduce\",\"src\":[\"window\","));
+}
+
+// The calibration's rule: a form keeps sizes only while it was never the slower one, so a size
+// measured faster further up does not win back the sizes after a loss.
+TEST(DirectSchedule, FormLimitIsTheLongestRunWhereTheSmallerFormWins) {
+  EXPECT_EQ(formLimit({}), 0u);
+  // Two losses in a row end the smaller form's run before the first of them.
+  EXPECT_EQ(formLimit({{8, 1.0, 2.0}, {64, 1.0, 1.0}, {128, 3.0, 2.0}, {256, 3.0, 2.0}}), 64u);
+  // One loss between wins is noise: the run goes on.
+  EXPECT_EQ(formLimit({{8, 1.0, 2.0}, {64, 3.0, 2.0}, {128, 1.0, 2.0}, {256, 3.0, 2.0}}), 128u);
+  EXPECT_EQ(formLimit({{8, 2.5, 2.0}, {64, 2.5, 2.0}, {128, 1.0, 2.0}}), 0u);
+  EXPECT_EQ(formLimit({{512, 0.4, 0.5}, {1024, 0.6, 0.7}}), 1024u);
+  // Within the tolerance is a tie, which the smaller form keeps; beyond it, a loss.
+  EXPECT_EQ(formLimit({{512, 1.02, 1.0}, {1024, 1.02, 1.0}}), 1024u);
+  EXPECT_EQ(formLimit({{512, 1.05, 1.0}, {1024, 1.05, 1.0}}), 0u);
+  // A loss at the last size measured ends the run there.
+  EXPECT_EQ(formLimit({{512, 0.4, 0.5}, {1024, 0.9, 0.7}}), 512u);
+  // A time that is not a number (a failed measurement) is a loss.
+  EXPECT_EQ(formLimit({{512, 0.4, 0.5}, {1024, std::nan(""), 0.7}, {2048, 0.9, 0.7}}), 512u);
+  // What the limits then choose: a fixed limit rules over the tables', whatever the cores.
+  DirectParams p = defaultDirectParams();
+  p.ranksPerCore = 2;
+  p.llMaxBytes = 64;
+  p.tuning.symmetricFixedBytes = 2048;
+  EXPECT_EQ(directForm(64, 4, p), DirectForm::LL);
+  EXPECT_EQ(directForm(65, 4, p), DirectForm::Symmetric);
+  EXPECT_EQ(directForm(2048, 4, p), DirectForm::Symmetric);
+  EXPECT_EQ(directForm(2049, 4, p), DirectForm::Slices);
+  p.llMaxBytes = 0;
+  p.tuning.symmetricFixedBytes = 0;
+  EXPECT_EQ(directForm(8, 4, p), DirectForm::Slices);
+}
+
+// Which size the symmetric form ends at: symmetricBytes / nranks, or where every rank has a
+// core and the table says so (AMD), symmetricOwnCoreBytes whatever the ranks.
+TEST(DirectSchedule, SymmetricLimitByRanksAndCores) {
+  DirectParams p = defaultDirectParams();
+  p.tuning = directTuning(CpuVendor::Amd);
+  p.llMaxBytes = 0;
+  for (int cores : {1, 2}) {
+    p.ranksPerCore = cores;
+    const size_t limit = cores == 1 ? 512 : (size_t{64} << 10) / 4;
+    EXPECT_EQ(directForm(limit, 4, p), DirectForm::Symmetric) << cores;
+    EXPECT_EQ(directForm(limit + 4, 4, p), DirectForm::Slices) << cores;
+  }
+  p.tuning = directTuning(CpuVendor::Intel);
+  p.ranksPerCore = 1;
+  EXPECT_EQ(directForm((size_t{64} << 10) / 2, 2, p), DirectForm::Symmetric);
+  EXPECT_EQ(directForm((size_t{64} << 10) / 2 + 4, 2, p), DirectForm::Slices);
 }
 
 }  // namespace
