@@ -49,16 +49,16 @@ const char* directFormName(DirectForm f) {
 //  * symmetricBytes: the symmetric form saves the slices form's second wait and gather but
 //    reads every input on every rank, so it wins only while nranks times the message is small
 //    (measured on an Intel Xeon guest, and on AMD EPYC where ranks share cores: there the
-//    second wait hands the core over). symmetricOwnCoreBytes: on AMD EPYC with a core for
-//    every rank the slices form measured 3-13% faster from 2 KiB to 32 KiB on 2 ranks and
-//    alike at 1 KiB, so the symmetric form ends at 512 bytes there.
+//    second wait hands the core over). On the AMD EPYC guest with a core for each of 2 ranks
+//    the slices form ran 10-15% faster at 2-32 KiB in most runs, but the symmetric form ran
+//    30% faster than that in some (docs/journal/perf.md, stop 48): the table keeps the rule,
+//    and the start-up calibration (LOOM_TUNER_CALIBRATE) prices the forms on the host.
 DirectTuning directTuning(CpuVendor vendor) {
   DirectTuning t;
   t.streamBytes = vendor == CpuVendor::Amd ? size_t{64} << 10 : size_t{64} << 20;
   t.streamOutputBytes = streamOutputBytesFor(t.streamBytes);
   t.cachedRoundBytes = size_t{256} << 10;
   t.symmetricBytes = size_t{64} << 10;
-  t.symmetricOwnCoreBytes = vendor == CpuVendor::Amd ? 512 : 0;
   return t;
 }
 
@@ -69,9 +69,8 @@ size_t streamOutputBytesFor(size_t streamBytes) {
 DirectForm directForm(size_t bytes, int nranks, const DirectParams& p) {
   if (bytes > 0 && bytes <= p.llMaxBytes) return DirectForm::LL;
   const size_t symmetricMax =
-      p.tuning.symmetricFixedBytes >= 0 ? static_cast<size_t>(p.tuning.symmetricFixedBytes)
-      : p.ranksPerCore <= 1 && p.tuning.symmetricOwnCoreBytes > 0
-          ? p.tuning.symmetricOwnCoreBytes
+      p.tuning.symmetricFixedBytes >= 0
+          ? static_cast<size_t>(p.tuning.symmetricFixedBytes)
           : p.tuning.symmetricBytes / static_cast<size_t>(std::max(nranks, 1));
   return bytes <= symmetricMax ? DirectForm::Symmetric : DirectForm::Slices;
 }

@@ -288,11 +288,9 @@ struct DirectTuning {
   // A round not streamed takes at most this of a window buffer (half where two ranks share
   // a core), so that it stays in the caches.
   size_t cachedRoundBytes = 0;
-  // Symmetric form up to symmetricBytes / nranks; where every rank has a core and
-  // symmetricOwnCoreBytes > 0, up to that whatever the ranks; where symmetricFixedBytes >= 0
-  // (LOOM_DIRECT_SYM_MAX, or the start-up calibration's limit), up to that in every case.
+  // Symmetric form up to symmetricBytes / nranks; or, where symmetricFixedBytes >= 0
+  // (LOOM_DIRECT_SYM_MAX, or the start-up calibration's limit), up to that whatever the ranks.
   size_t symmetricBytes = 0;
-  size_t symmetricOwnCoreBytes = 0;
   int64_t symmetricFixedBytes = -1;
 };
 enum class CpuVendor : uint8_t { Amd, Intel, Other };

@@ -107,7 +107,7 @@ constexpr Var kVars[] = {
      "the ranks a core runs (0: by LOOM_DIRECT_STREAM_BYTES, as above)"},
     {"LOOM_DIRECT_SYM_MAX", "-1",
      "direct all-reduce: every rank reduces the whole message up to this many bytes (-1: 64 KiB "
-     "divided by the number of ranks; 512 B on AMD CPUs where every rank has a core)"},
+     "divided by the number of ranks)"},
     {"LOOM_TOPO_FILE", "",
      "read this host's topology from this file (NCCL topology XML or hwloc XML) instead of "
      "detecting it",

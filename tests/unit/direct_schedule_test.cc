@@ -266,22 +266,18 @@ TEST(DirectSchedule, FormLimitIsTheLongestRunWhereTheSmallerFormWins) {
   EXPECT_EQ(directForm(8, 4, p), DirectForm::Slices);
 }
 
-// Which size the symmetric form ends at: symmetricBytes / nranks, or where every rank has a
-// core and the table says so (AMD), symmetricOwnCoreBytes whatever the ranks.
-TEST(DirectSchedule, SymmetricLimitByRanksAndCores) {
-  DirectParams p = defaultDirectParams();
-  p.tuning = directTuning(CpuVendor::Amd);
-  p.llMaxBytes = 0;
-  for (int cores : {1, 2}) {
-    p.ranksPerCore = cores;
-    const size_t limit = cores == 1 ? 512 : (size_t{64} << 10) / 4;
-    EXPECT_EQ(directForm(limit, 4, p), DirectForm::Symmetric) << cores;
-    EXPECT_EQ(directForm(limit + 4, 4, p), DirectForm::Slices) << cores;
+// Which size the symmetric form ends at: symmetricBytes / nranks on either table.
+TEST(DirectSchedule, SymmetricLimitByRanks) {
+  for (CpuVendor vendor : {CpuVendor::Amd, CpuVendor::Intel}) {
+    DirectParams p = defaultDirectParams();
+    p.tuning = directTuning(vendor);
+    p.llMaxBytes = 0;
+    for (int n : {2, 4, 8}) {
+      const size_t limit = (size_t{64} << 10) / static_cast<size_t>(n);
+      EXPECT_EQ(directForm(limit, n, p), DirectForm::Symmetric) << n;
+      EXPECT_EQ(directForm(limit + 4, n, p), DirectForm::Slices) << n;
+    }
   }
-  p.tuning = directTuning(CpuVendor::Intel);
-  p.ranksPerCore = 1;
-  EXPECT_EQ(directForm((size_t{64} << 10) / 2, 2, p), DirectForm::Symmetric);
-  EXPECT_EQ(directForm((size_t{64} << 10) / 2 + 4, 2, p), DirectForm::Slices);
 }
 
 }  // namespace
