@@ -2,13 +2,13 @@
 // shared-memory buffer (no copy into Loom's), mixed with ranks whose input is ordinary memory;
 // results are checked against a sum computed here. Bad arguments name themselves, and freed
 // buffers leave nothing in /dev/shm.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -20,15 +20,25 @@
 namespace loomtest {
 namespace {
 
-int countMemSegments() {
-  int n = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "loom-mem-", 9) == 0) ++n;
-    closedir(d);
+// The /dev/shm path of the loomMemAlloc segment mapped at p in this process ("" if none), from
+// its own mappings: tests that run at once allocate too, so a count of segments would not do.
+std::string segmentAt(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    const size_t path = line.find("/dev/shm/loom-mem-");
+    if (path == std::string::npos) continue;
+    unsigned long lo = 0, hi = 0;
+    if (sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || at < lo || at >= hi) continue;
+    std::string name = line.substr(path);
+    const size_t del = name.find(" (deleted)");
+    return del == std::string::npos ? name : name.substr(0, del);
   }
-  return n;
+  return "";
 }
+
+bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 float inputOf(int rank, size_t i) {
   return static_cast<float>(rank * 1000 + static_cast<int>(i % 997));
@@ -121,7 +131,6 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(MemAlloc, BadArgumentsAndNoLeftovers) {
-  const int before = countMemSegments();
   void* p = nullptr;
   EXPECT_EQ(loomMemAlloc(nullptr, 64), loomInvalidArgument);
   EXPECT_NE(std::string(loomGetLastError(nullptr)).find("ptr"), std::string::npos);
@@ -129,14 +138,16 @@ TEST(MemAlloc, BadArgumentsAndNoLeftovers) {
   EXPECT_NE(std::string(loomGetLastError(nullptr)).find("size"), std::string::npos);
   ASSERT_EQ(loomMemAlloc(&p, 1 << 20), loomSuccess);
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(countMemSegments(), before + 1);
+  const std::string segment = segmentAt(p);
+  ASSERT_FALSE(segment.empty()) << "the buffer is not a /dev/shm/loom-mem- mapping";
+  EXPECT_TRUE(exists(segment)) << segment;
   std::memset(p, 7, 1 << 20);
   std::vector<char> heap(64);
   EXPECT_EQ(loomMemFree(heap.data()), loomInvalidArgument);
   EXPECT_NE(std::string(loomGetLastError(nullptr)).find("ptr"), std::string::npos);
   EXPECT_EQ(loomMemFree(p), loomSuccess);
   EXPECT_EQ(loomMemFree(p), loomInvalidArgument);  // freed already
-  EXPECT_EQ(countMemSegments(), before);
+  EXPECT_FALSE(exists(segment)) << segment << " is left after loomMemFree";
 }
 
 // A process killed while it holds a buffer cannot unlink it; the next process on the host to
@@ -149,12 +160,10 @@ TEST(MemAlloc, KilledProcessesBuffersAreRemovedByTheNextProcess) {
   if (victim == 0) {  // allocates, reports its segment's name from its own mappings, dies
     void* p = nullptr;
     if (loomMemAlloc(&p, 1 << 20) != loomSuccess) _exit(3);
-    std::ifstream maps("/proc/self/maps");
-    std::string line, name;
-    while (std::getline(maps, line) && name.empty())
-      if (line.find("/dev/shm/loom-mem-") != std::string::npos)
-        name = line.substr(line.find("/dev/shm/") + 8, 26);  // "/loom-mem-" and 16 hex digits
-    if (write(fds[1], name.data(), name.size()) != static_cast<ssize_t>(name.size())) _exit(4);
+    const std::string name = segmentAt(p);
+    if (name.empty() ||
+        write(fds[1], name.data(), name.size()) != static_cast<ssize_t>(name.size()))
+      _exit(4);
     raise(SIGKILL);
   }
   close(fds[1]);
@@ -164,9 +173,11 @@ TEST(MemAlloc, KilledProcessesBuffersAreRemovedByTheNextProcess) {
   int status = 0;
   ASSERT_EQ(waitpid(victim, &status, 0), victim);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the victim exited with " << WEXITSTATUS(status);
-  ASSERT_EQ(got, 26) << "the victim did not report its buffer";
-  const std::string path = std::string("/dev/shm") + buf;
-  ASSERT_EQ(access(path.c_str(), F_OK), 0) << path << " should be left by the killed process";
+  ASSERT_GT(got, 0) << "the victim did not report its buffer";
+  const std::string path = buf;
+  // Tests running at once set up communicators, which sweep too: one of them may have removed
+  // the segment already, which is what this test looks for.
+  if (!exists(path)) GTEST_SKIP() << path << " was removed by another process's sweep first";
   const pid_t next = fork();
   ASSERT_GE(next, 0);
   if (next == 0) {  // a fresh process's first allocation
@@ -175,7 +186,7 @@ TEST(MemAlloc, KilledProcessesBuffersAreRemovedByTheNextProcess) {
   }
   ASSERT_EQ(waitpid(next, &status, 0), next);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " is still in /dev/shm";
+  EXPECT_FALSE(exists(path)) << path << " is still in /dev/shm";
   unlink(path.c_str());
 }
 
