@@ -1,8 +1,13 @@
 #include "api/calibrate.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "algorithms/kernels/cpu/reduce.h"
@@ -100,7 +105,9 @@ Pairing pairUp(const std::vector<int>& hostOf, int me) {
 // ---- The direct all-reduce's forms ----
 //
 // Each limit is priced between two forms at fixed sizes: LL against symmetric up to the
-// window's LL size, symmetric against slices above. At every size the two forms take turns,
+// window's LL size; the slices form's copies cached against streamed (16-256 KiB, out of place
+// and in place); symmetric against slices from 512 bytes, the slices streaming where that
+// measure said. At every size the two forms take turns,
 // kFormBatches batches of calls each; a form's time is the median of its batches' mean call
 // times. Every rank runs the same calls in the same order (the counts are fixed, not taken from
 // a rank's own clock); rank 0's times decide (algo::formLimit), and every rank takes its limits.
@@ -222,9 +229,103 @@ Result<size_t> streamFrom(Comm& comm, algo::DirectParams p, bool inPlace, const 
                                 : std::max(p.tuning.streamBytes, largest + 1);
 }
 
-// Measures the limits on every rank and installs rank 0's (Comm::setDirectLimits).
+// ---- The limits kept per host (LOOM_TUNER_CACHE) ----
+//
+// One file per key, "<dir>/direct-<key>.txt", holding the four limits on one line. The key is
+// a hash of what the limits depend on: the CPU model, the rank count, the ranks a core, the
+// window, the library's version and the parameters the timing starts from. Rank 0 reads it;
+// the file is written (through a rename, whole) after a measurement.
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 1);
+  return "unknown";
+}
+
+std::string cachePath(const Comm& comm, const algo::DirectParams& base) {
+  const std::string& dir = env::tunerCache();
+  if (dir.empty()) return "";
+  char what[512];
+  std::snprintf(what, sizeof(what), "%s|%d|%d|%zu|%d|%zu|%zu|%zu|%zu", cpuModel().c_str(),
+                comm.nranks(), comm.ranksPerCore(), base.windowBytes, LOOM_VERSION_CODE,
+                base.llMaxBytes, base.tuning.streamBytes, base.tuning.symmetricBytes,
+                base.tuning.cachedRoundBytes);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char* c = what; *c != 0; ++c)
+    h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  char name[64];
+  std::snprintf(name, sizeof(name), "/direct-%016llx.txt", static_cast<unsigned long long>(h));
+  return dir + name;
+}
+
+// The four limits from `path`; false if it is missing or not four integers of -1 or more.
+bool readLimits(const std::string& path, int64_t out[4]) {
+  std::ifstream in(path);
+  long long v[4];
+  std::string rest;
+  if (!(in >> v[0] >> v[1] >> v[2] >> v[3]) || (in >> rest)) return false;
+  for (int i = 0; i < 4; ++i) {
+    if (v[i] < -1) return false;
+    out[i] = v[i];
+  }
+  return true;
+}
+
+void writeLimits(const std::string& path, const int64_t v[4]) {
+  mkdir(env::tunerCache().c_str(), 0700);  // the directory, where it does not exist yet
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    out << v[0] << ' ' << v[1] << ' ' << v[2] << ' ' << v[3] << '\n';
+    if (!out) {
+      LOOM_WARN(kTune, "LOOM_TUNER_CACHE: cannot write %s", tmp.c_str());
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    LOOM_WARN(kTune, "LOOM_TUNER_CACHE: cannot rename %s to %s: %s", tmp.c_str(), path.c_str(),
+              std::strerror(errno));
+    std::remove(tmp.c_str());
+  }
+}
+
+// Installs the limits rank 0 sent (every rank has them) and says so.
+void install(Comm& comm, const int64_t v[4], const char* source) {
+  Comm::DirectLimits limits;
+  limits.llMaxBytes = v[0];
+  limits.symmetricMaxBytes = v[1];
+  limits.streamBytes = v[2];
+  limits.streamInPlaceBytes = v[3];
+  comm.setDirectLimits(limits);
+  LOOM_INFO(kTune,
+            "calibrated direct forms: LL up to %lld B, symmetric up to %lld B, streamed from "
+            "%lld B (in place %lld B)%s",
+            static_cast<long long>(v[0]), static_cast<long long>(v[1]),
+            static_cast<long long>(v[2]), static_cast<long long>(v[3]), source);
+}
+
+// Measures the limits on every rank and installs rank 0's (Comm::setDirectLimits), or takes
+// them from the host's cache where rank 0 finds them there.
 Status calibrateDirect(Comm& comm) {
   const algo::DirectParams base = directBase(comm);
+  // Whether rank 0 has them cached: every rank learns it (and them) from one all-gather.
+  const std::string path = comm.rank() == 0 ? cachePath(comm, base) : "";
+  int64_t cached[5] = {0, -1, -1, -1, -1};  // [0]: 1 when found
+  if (!path.empty()) {
+    if (readLimits(path, cached + 1))
+      cached[0] = 1;
+    else if (access(path.c_str(), F_OK) == 0)
+      LOOM_WARN(kTune, "LOOM_TUNER_CACHE: %s does not hold four limits; timing the forms again",
+                path.c_str());
+  }
+  std::vector<int64_t> found(5 * static_cast<size_t>(comm.nranks()));
+  LOOM_CHECK(comm.bootstrap().allGather(cached, found.data(), sizeof(cached)));
+  if (found[0] == 1) {
+    install(comm, &found[1], comm.rank() == 0 ? (" (from " + path + ")").c_str() : " (cached)");
+    return Status::ok();
+  }
   const size_t largest = kStreamSizes[std::size(kStreamSizes) - 1];
   std::vector<float> in(largest / sizeof(float), 1.0f), out(largest / sizeof(float), 0.0f);
   LOOM_CHECK(warmUp(comm, base));
@@ -252,25 +353,15 @@ Status calibrateDirect(Comm& comm) {
                      static_cast<int64_t>(fromInPlace)};
   std::vector<int64_t> all(4 * static_cast<size_t>(comm.nranks()));
   LOOM_CHECK(comm.bootstrap().allGather(mine, all.data(), sizeof(mine)));
-  Comm::DirectLimits limits;
-  limits.llMaxBytes = all[0];
-  limits.symmetricMaxBytes = all[1];
-  limits.streamBytes = all[2];
-  limits.streamInPlaceBytes = all[3];
-  comm.setDirectLimits(limits);
-  if (comm.rank() == 0)
+  if (comm.rank() == 0) {
     LOOM_INFO(kTune,
               "direct forms timed (bytes:smaller/larger us): LL/symmetric%s; "
               "cached/streamed%s; in place%s; symmetric/slices%s",
               describe(ll).c_str(), describe(stream).c_str(), describe(streamInPlace).c_str(),
               describe(sym).c_str());
-  LOOM_INFO(kTune,
-            "calibrated direct forms: LL up to %lld B, symmetric up to %lld B, streamed from "
-            "%lld B (in place %lld B)",
-            static_cast<long long>(limits.llMaxBytes),
-            static_cast<long long>(limits.symmetricMaxBytes),
-            static_cast<long long>(limits.streamBytes),
-            static_cast<long long>(limits.streamInPlaceBytes));
+    if (!path.empty()) writeLimits(path, mine);
+  }
+  install(comm, all.data(), "");
   return Status::ok();
 }
 

@@ -82,6 +82,10 @@ constexpr Var kVars[] = {
      "also time the direct all-reduce's forms against each other (LL, symmetric, slices, copies "
      "cached or streamed, in and out of place) and take rank 0's limits (LOOM_DIRECT_SYM_MAX and "
      "LOOM_DIRECT_STREAM_BYTES rule over them); about 0.1-0.3 s"},
+    {"LOOM_TUNER_CACHE", "",
+     "a directory where LOOM_TUNER_CALIBRATE keeps the direct all-reduce's limits per CPU "
+     "model, rank count and ranks a core: a later start-up on the host takes them from there "
+     "instead of timing the forms again"},
     {"LOOM_PROTO", "",
      "protocols: LL (input and round number in each cache line; up to 384 B, 48 B where "
      "ranks outnumber cores) or simple; same syntax as LOOM_ALGO",
@@ -181,6 +185,7 @@ LOOM_ENV_INT(directStreamBytes, "LOOM_DIRECT_STREAM_BYTES")
 LOOM_ENV_INT(directStreamOutputBytes, "LOOM_DIRECT_STREAM_OUTPUT_BYTES")
 LOOM_ENV_STRING(topoFile, "LOOM_TOPO_FILE")
 LOOM_ENV_STRING(tunerTable, "LOOM_TUNER_TABLE")
+LOOM_ENV_STRING(tunerCache, "LOOM_TUNER_CACHE")
 LOOM_ENV_STRING(topoDumpFile, "LOOM_TOPO_DUMP_FILE")
 bool topoDisable() {
   static const bool value = toInt("LOOM_TOPO_DISABLE") != 0;

@@ -45,6 +45,7 @@ int64_t directStreamBytes();         // LOOM_DIRECT_STREAM_BYTES (0: by CPU)
 int64_t directStreamOutputBytes();   // LOOM_DIRECT_STREAM_OUTPUT_BYTES (0: by directStreamBytes)
 const std::string& topoFile();       // LOOM_TOPO_FILE
 const std::string& tunerTable();     // LOOM_TUNER_TABLE
+const std::string& tunerCache();     // LOOM_TUNER_CACHE
 const std::string& topoDumpFile();   // LOOM_TOPO_DUMP_FILE
 bool topoDisable();                  // LOOM_TOPO_DISABLE
 bool cudaIpcDisable();               // LOOM_CUDA_IPC_DISABLE

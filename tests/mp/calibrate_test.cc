@@ -2,6 +2,7 @@
 // once (ranks 0 and 1, 2 and 3; the even side fits), every rank prices with rank 0's fit, so
 // every rank predicts the same time for every candidate (read from each rank's TUNE log), and
 // collectives stay correct. Over TCP (4 ranks, shm off) and over shared memory (4 ranks).
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
@@ -233,6 +235,85 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CalibrateFormsTest, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::to_string(i.param) + "ranks";
                          });
+
+// LOOM_TUNER_CACHE: the first start-up times the forms and keeps rank 0's limits in the
+// directory; the next one takes them from there without timing (every rank logs the same
+// limits, no rank logs times); a file that does not hold four limits is timed over and
+// rewritten. 2 ranks.
+TEST(CalibrateCache, ASecondStartUpTakesTheLimitsFromTheCache) {
+  char dir[] = "/tmp/loom_tunecache_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string base = dir;
+  const std::regex limits(
+      R"(calibrated direct forms: LL up to (-?\d+) B, symmetric up to (-?\d+) B, streamed from (-?\d+) B \(in place (-?\d+) B\))");
+  // One start-up: every rank's logged limits (which must agree), and whether any rank timed.
+  auto startUp = [&](bool* timed) {
+    LaunchOptions opts;
+    opts.nranks = 2;
+    opts.env = {{"LOOM_TUNER_CALIBRATE", "1"},
+                {"LOOM_TUNER_CACHE", base},
+                {"LOOM_DEBUG", "INFO"},
+                {"LOOM_DEBUG_SUBSYS", "TUNE"},
+                {"LOOM_DEBUG_FILE", base + "/log.%p"}};
+    LaunchResult res = launch(opts, [](RankContext& ctx) {
+      std::vector<float> x(1000, static_cast<float>(ctx.rank + 1)), y(1000);
+      if (loomAllReduce(x.data(), y.data(), x.size(), loomFloat32, loomSum, ctx.comm, nullptr) !=
+          loomSuccess)
+        return 1;
+      return y[999] == 3.0f ? 0 : 2;
+    });
+    EXPECT_TRUE(res.allPassed()) << res.report(true);
+    std::vector<std::string> seen;
+    *timed = false;
+    for (const RankOutcome& o : res.ranks) {
+      const std::string log = base + "/log." + std::to_string(o.pid);
+      const std::string text = readFile(log);
+      std::remove(log.c_str());
+      std::smatch m;
+      if (std::regex_search(text, m, limits))
+        seen.push_back(m[1].str() + " " + m[2].str() + " " + m[3].str() + " " + m[4].str());
+      *timed = *timed || text.find("direct forms timed") != std::string::npos;
+    }
+    EXPECT_EQ(seen.size(), 2u) << "every rank logs its limits";
+    for (const std::string& v : seen) EXPECT_EQ(v, seen[0]) << "the ranks' limits differ";
+    return seen.empty() ? std::string() : seen[0];
+  };
+  // The one cache file the first start-up writes.
+  auto cacheFile = [&]() {
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir)) {
+      while (dirent* e = readdir(d))
+        if (std::string(e->d_name).rfind("direct-", 0) == 0)
+          files.push_back(base + "/" + e->d_name);
+      closedir(d);
+    }
+    EXPECT_EQ(files.size(), 1u);
+    return files.empty() ? std::string() : files[0];
+  };
+  bool timed = false;
+  const std::string first = startUp(&timed);
+  EXPECT_TRUE(timed) << "the first start-up must time the forms";
+  const std::string file = cacheFile();
+  std::string held = readFile(file);
+  while (!held.empty() && held.back() == '\n') held.pop_back();
+  EXPECT_EQ(held, first) << "the cache holds what the ranks installed";
+
+  const std::string second = startUp(&timed);
+  EXPECT_FALSE(timed) << "a start-up with the limits cached timed the forms";
+  EXPECT_EQ(second, first);
+
+  // A file that does not hold four limits is timed over and rewritten.
+  {
+    std::ofstream bad(file);
+    bad << "12 not-a-number\n";
+  }
+  startUp(&timed);
+  EXPECT_TRUE(timed) << "a bad cache file was taken";
+  held = readFile(file);
+  EXPECT_TRUE(std::regex_match(held, std::regex(R"(-?\d+ -?\d+ -?\d+ -?\d+\n)"))) << held;
+  std::remove(file.c_str());
+  rmdir(dir);
+}
 
 }  // namespace
 }  // namespace loomtest
