@@ -81,7 +81,7 @@ constexpr Var kVars[] = {
      "tuner prices with that fit (over LOOM_TUNER_TABLE); where all ranks share a host the ranks "
      "also time the direct all-reduce's forms against each other (LL, symmetric, slices, copies "
      "cached or streamed, in and out of place) and take rank 0's limits (LOOM_DIRECT_SYM_MAX and "
-     "LOOM_DIRECT_STREAM_BYTES rule over them); about 0.1-0.3 s"},
+     "LOOM_DIRECT_STREAM_BYTES rule over them); about 0.05-0.5 s"},
     {"LOOM_TUNER_CACHE", "",
      "a directory where LOOM_TUNER_CALIBRATE keeps the direct all-reduce's limits per CPU "
      "model, rank count and ranks a core: a later start-up on the host takes them from there "
