@@ -130,17 +130,30 @@ algo::DirectParams forced(algo::DirectParams p, Forced f) {
   return p;
 }
 
+// A float sum over the communicator, for the calibration's own all-reduces.
+exec::OpArgs sumOp(const Comm& comm) {
+  exec::OpArgs op;
+  op.name = "calibration";
+  op.elemSize = sizeof(float);
+  op.reducer = kernels::makeReducer(loomFloat32, loomSum, comm.nranks());
+  return op;
+}
+
+// Runs `calls` calls of `sched`, the communicator's timeout from now.
+Status runCalls(Comm& comm, const algo::Schedule& sched, exec::OpArgs& op, int calls) {
+  op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
+  for (int i = 0; i < calls; ++i) LOOM_CHECK(exec::run(comm, sched, op));
+  return Status::ok();
+}
+
 // Median per-call time (us) of `bytes` in forms a and b, taking turns.
 Result<std::pair<double, double>> timeForms(Comm& comm, const algo::DirectParams& base,
                                             size_t bytes, Forced a, Forced b, const float* in,
                                             float* out) {
   const size_t count = bytes / sizeof(float);
-  exec::OpArgs op;
-  op.name = "calibration";
+  exec::OpArgs op = sumOp(comm);
   op.sendbuff = in;
   op.recvbuff = out;
-  op.elemSize = sizeof(float);
-  op.reducer = kernels::makeReducer(loomFloat32, loomSum, comm.nranks());
   const algo::Schedule sa =
       algo::buildDirectAllReduce(comm.rank(), comm.nranks(), count, forced(base, a));
   const algo::Schedule sb =
@@ -148,11 +161,10 @@ Result<std::pair<double, double>> timeForms(Comm& comm, const algo::DirectParams
   const int calls = callsPerBatch(bytes);
   std::vector<double> ta, tb;
   auto batch = [&](const algo::Schedule& sched, std::vector<double>* us) -> Status {
-    op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
     // Untimed calls first: the lines the other form left in the caches move out.
-    for (int i = 0; i < kUntimedCalls; ++i) LOOM_CHECK(exec::run(comm, sched, op));
+    LOOM_CHECK(runCalls(comm, sched, op, kUntimedCalls));
     const int64_t t0 = nowNs();
-    for (int i = 0; i < calls; ++i) LOOM_CHECK(exec::run(comm, sched, op));
+    LOOM_CHECK(runCalls(comm, sched, op, calls));
     us->push_back(static_cast<double>(nowNs() - t0) / 1e3 / calls);
     return Status::ok();
   };
@@ -173,10 +185,7 @@ Result<std::pair<double, double>> timeForms(Comm& comm, const algo::DirectParams
 constexpr int64_t kWarmupMinNs = 40'000'000, kWarmupMaxNs = 300'000'000;
 
 Status warmUp(Comm& comm, const algo::DirectParams& base) {
-  exec::OpArgs op;
-  op.name = "calibration";
-  op.elemSize = sizeof(float);
-  op.reducer = kernels::makeReducer(loomFloat32, loomSum, comm.nranks());
+  exec::OpArgs op = sumOp(comm);
   const algo::Schedule sched =
       algo::buildDirectAllReduce(comm.rank(), comm.nranks(), 2, forced(base, Forced::Symmetric));
   float in[2] = {1, 1}, out[2] = {0, 0}, go[2] = {0, 0}, all[2] = {0, 0};
@@ -184,11 +193,10 @@ Status warmUp(Comm& comm, const algo::DirectParams& base) {
   double best = 1e30;
   int steady = 0;
   for (;;) {
-    op.deadlineNs = nowNs() + comm.options().timeoutMs * 1000000;
     op.sendbuff = in;
     op.recvbuff = out;
     const int64_t t0 = nowNs();
-    for (int i = 0; i < callsPerBatch(8); ++i) LOOM_CHECK(exec::run(comm, sched, op));
+    LOOM_CHECK(runCalls(comm, sched, op, callsPerBatch(8)));
     const double us = static_cast<double>(nowNs() - t0) / 1e3;
     best = std::min(best, us);
     steady = us <= 1.5 * best ? steady + 1 : 0;
@@ -196,7 +204,7 @@ Status warmUp(Comm& comm, const algo::DirectParams& base) {
     go[0] = comm.rank() == 0 && spent < kWarmupMaxNs && (spent < kWarmupMinNs || steady < 3);
     op.sendbuff = go;
     op.recvbuff = all;
-    LOOM_CHECK(exec::run(comm, sched, op));
+    LOOM_CHECK(runCalls(comm, sched, op, 1));
     if (all[0] == 0) return Status::ok();
   }
 }

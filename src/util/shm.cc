@@ -23,8 +23,8 @@ namespace {
 // any size if no one holds it. Takes the lock to find out; the caller closes fd, which drops
 // it.
 bool removable(const std::string& name, int fd, bool sweep) {
-  struct stat st {
-  }, now{};
+  struct stat st {};
+  struct stat now {};
   if (fstat(fd, &st) != 0) return false;
   const bool mine = st.st_uid == geteuid();
   if (sweep && (!mine || st.st_size == 0)) return false;
@@ -34,7 +34,7 @@ bool removable(const std::string& name, int fd, bool sweep) {
 }
 
 // Unlinks `name` if removable; true if it did.
-bool remove(const std::string& name, bool sweep) {
+bool unlinkIfRemovable(const std::string& name, bool sweep) {
   const int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return false;
   const bool gone = removable(name, fd, sweep) && shm_unlink(name.c_str()) == 0;
@@ -51,7 +51,7 @@ bool remove(const std::string& name, bool sweep) {
 Result<int> createHeld(const std::string& name, size_t bytes, const char* what) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   int err = errno;
-  if (fd < 0 && err == EEXIST && remove(name, false)) {
+  if (fd < 0 && err == EEXIST && unlinkIfRemovable(name, false)) {
     fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     err = errno;
   }
@@ -77,7 +77,9 @@ int removeAbandoned() {
   if (d == nullptr) return 0;
   int n = 0;
   while (dirent* e = readdir(d))
-    if (std::strncmp(e->d_name, "loom-", 5) == 0 && remove(std::string("/") + e->d_name, true)) ++n;
+    if (std::strncmp(e->d_name, "loom-", 5) == 0 &&
+        unlinkIfRemovable(std::string("/") + e->d_name, true))
+      ++n;
   closedir(d);
   return n;
 }
