@@ -9,12 +9,12 @@ real processes (one per rank, file:// rendezvous in a temporary folder, every wa
 - Training (2 and 4 ranks, 20 steps each): DDP (several buckets, no_sync,
   find_unused_parameters, allreduce_hook, bf16_compress_hook), a bf16 model with fp32
   master weights, ZeroRedundancyOptimizer, FSDP2 (fp32 and bf16 mixed precision) and
-  tensor-parallel inference (torch_train.py, torch_shard.py). Each backend's DDP and FSDP2
-  runs must match one process trained on all ranks' batches (the independent reference;
-  1e-5), its TP output the unsharded block's (1e-5), and loom must match gloo: bitwise on
-  2 ranks (one addition per element: the same in any order and in any accumulation
-  precision), within TOL on 4 (ring against whatever loom picks: the order of the sums
-  differs).
+  tensor-parallel inference, eager and (2 ranks) under torch.compile (torch_train.py,
+  torch_shard.py). Each backend's DDP and FSDP2 runs must match one process trained on all
+  ranks' batches (the independent reference; 1e-5), its TP outputs the unsharded block's
+  (1e-5), and loom must match gloo: bitwise on 2 ranks (one addition per element: the same
+  in any order and in any accumulation precision), within TOL on 4 (ring against whatever
+  loom picks: the order of the sums differs).
 - Straggler (loom, 3 ranks): loom-trace over LOOM_TRACE_DIR names the rank that sleeps in
   its data loader, and lists the operations it was last in by torch's sequence numbers.
 - Kill (3 ranks): a rank SIGKILLs itself mid-training; every other rank's wait() raises
@@ -53,8 +53,12 @@ ALLOWED_ERRORS = {
 # with fp32 accumulation: 6e-8 for the fp32 variants, 1.6e-3 for the bf16 ones; loom
 # against gloo: 1.2e-7 and 2e-3.
 TOL = {"ddp": 1e-5, "ddp_unused": 1e-5, "hook_allreduce": 1e-5, "zero": 1e-5, "fsdp": 1e-5,
-       "hook_bf16": 1e-2, "bf16_master": 1e-2, "fsdp_bf16": 1e-2, "tp": 1e-5}
+       "hook_bf16": 1e-2, "bf16_master": 1e-2, "fsdp_bf16": 1e-2, "tp": 1e-5, "tp_compiled": 1e-5}
 VARIANTS = sorted(TOL)
+
+
+def variants_of(world):
+    return [v for v in VARIANTS if v != "tp_compiled" or world == 2]
 
 _cache = {}
 
@@ -110,12 +114,12 @@ class Training(unittest.TestCase):
         out = self.train(backend, world)
         ref = out[0]["reference"]
         where = "%s world %d" % (backend, world)
-        for v in VARIANTS:
-            key = "output" if v == "tp" else "params"
+        for v in variants_of(world):
+            key = "output" if v.startswith("tp") else "params"
             for r in range(1, world):
                 self.assertEqual(out[r]["variants"][v][key], out[0]["variants"][v][key],
                                  "%s %s: rank %d ends unlike rank 0" % (where, v, r))
-            if v != "tp":
+            if not v.startswith("tp"):
                 losses = out[0]["variants"][v]["losses"]
                 self.assertEqual(len(losses), 20, v)
                 self.assertLess(losses[-1], 0.5 * losses[0],
@@ -125,9 +129,10 @@ class Training(unittest.TestCase):
             self.assertLess(maxdiff(v[name]["params"], want), 1e-5,
                             "%s %s against one process" % (where, name))
         self.assertLess(maxdiff(v["fsdp_bf16"]["params"], ref["fsdp"]), 0.05, where + " fsdp_bf16")
-        self.assertLess(maxdiff(v["tp"]["output"], ref["tp"]), 1e-5,
-                        where + " tp against the unsharded block")
-        self.assertEqual(v["tp"]["local_up_rows"], 64 // world, where + " tp shards")
+        for tp in (name for name in variants_of(world) if name.startswith("tp")):
+            self.assertLess(maxdiff(v[tp]["output"], ref["tp"]), 1e-5,
+                            "%s %s against the unsharded block" % (where, tp))
+            self.assertEqual(v[tp]["local_up_rows"], 64 // world, "%s %s shards" % (where, tp))
         self.assertGreaterEqual(v["ddp"]["buckets"], 3, where + " ddp buckets")
         self.assertLess(v["zero"]["owned"], len(v["zero"]["params"]), where + " zero shards")
         self.assertTrue(v["fsdp"]["sharded"], where)
@@ -135,8 +140,8 @@ class Training(unittest.TestCase):
 
     def compare(self, world, bitwise):
         gloo, loom = self.train("gloo", world), self.train("loom", world)
-        for v in VARIANTS:
-            key = "output" if v == "tp" else "params"
+        for v in variants_of(world):
+            key = "output" if v.startswith("tp") else "params"
             for r in range(world):
                 g, l = gloo[r]["variants"][v], loom[r]["variants"][v]
                 where = "world %d rank %d %s" % (world, r, v)

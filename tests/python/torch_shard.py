@@ -5,6 +5,10 @@
               bfloat16 compute and gradient reduce-scatter, fp32 sharded master parameters
   tp          a transformer block (attention with 4 heads, MLP) split with parallelize_module
               (q, k, v and up ColwiseParallel; o and down RowwiseParallel), inference only
+  tp_compiled the same block under torch.compile (inductor, one graph), on 2 ranks only (each
+              rank compiles, 25-40 s on 2 cores): its all-reduces are the functional
+              collectives (_c10d_functional.all_reduce_, wait_tensor) that the compiled graph
+              calls on the group's backend
 
 run() returns {"variants": {name: {"losses"/"output": ..., "params": ...}}, "reference": ...}:
 the unsharded block's output on the same input and, on rank 0, the fsdp model trained in
@@ -86,14 +90,15 @@ class Block(nn.Module):
         return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
-def tp_inference(mesh):
+def tp_inference(mesh, compiled):
     x = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         want = Block()(x)
         block = parallelize_module(Block(), mesh, {
             "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()})
-        got = block(x)
+        run = torch.compile(block, fullgraph=True) if compiled else block
+        got = run(x)
     local = block.up.weight.to_local().shape[0]
     return {"output": got.reshape(-1).tolist(), "local_up_rows": local}, want.reshape(-1).tolist()
 
@@ -102,6 +107,8 @@ def run():
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     variants = {"fsdp": train_fsdp(mesh, rank, False), "fsdp_bf16": train_fsdp(mesh, rank, True)}
-    variants["tp"], tp_want = tp_inference(mesh)
+    variants["tp"], tp_want = tp_inference(mesh, False)
+    if world == 2:
+        variants["tp_compiled"], _ = tp_inference(mesh, True)
     return {"variants": variants, "reference": {
         "fsdp": reference_fsdp(world) if rank == 0 else None, "tp": tp_want}}
