@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(cmake make g++ libgtest-dev libgmock-dev libbenchmark-dev libboost-dev iproute2 procps
       openmpi-bin libopenmpi-dev libgloo-dev pkg-config
       libhwloc-dev libxml2-dev libssl-dev nlohmann-json3-dev chromium
-      python3-pip python3-setuptools python3-wheel python3-numpy python3-venv
+      python3-pip python3-setuptools python3-wheel python3-numpy python3-venv python3-dev
       clang libclang-rt-14-dev clang-format-14
       libibverbs-dev ibverbs-providers qemu-system-x86 busybox-static cpio valgrind)
 missing=()
