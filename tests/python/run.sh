@@ -5,7 +5,8 @@
 #                             into a temporary folder (offline, --no-build-isolation) and an
 #                             import of the installed copy
 #   run.sh LIBLOOM torch      test_torch_backend.py (the loom torch backend against gloo), then
-#                             a smoke run of bench/python/torch_allreduce.py
+#                             smoke runs of bench/python/torch_allreduce.py, torch_p2p.py and
+#                             torch_tp_decode.py (eager)
 #   run.sh LIBLOOM suite      torch_suite.py: PyTorch's own distributed suite on gloo and loom
 #                             (2 and 3 processes); torch and suite exit 77 (skip) without torch
 # The interpreter is $LOOM_PYTHON, else the project's .venv (scripts/setup.sh makes it, with
@@ -81,7 +82,11 @@ print("pip install: ok, loom %d from %s" % (v, os.path.dirname(loom.__file__)))'
       # The benchmarks' smoke runs: every size's values checked, on gloo and loom.
       "$py" "$here/../../bench/python/torch_allreduce.py" --quick -np 2 --backends gloo,loom 2>&1 ||
         exit 1
-      "$py" "$here/../../bench/python/torch_p2p.py" --quick --backends gloo,loom 2>&1
+      "$py" "$here/../../bench/python/torch_p2p.py" --quick --backends gloo,loom 2>&1 || exit 1
+      # Tensor-parallel decode, eager (the compiled model is test_torch_backend's tp_compiled):
+      # every token's output checked against the unsharded model's.
+      "$py" "$here/../../bench/python/torch_tp_decode.py" --quick --modes eager \
+        --backends gloo,loom 2>&1
     else
       "$py" "$here/torch_suite.py" 2>&1
     fi
