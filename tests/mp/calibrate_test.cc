@@ -68,8 +68,7 @@ TEST_P(CalibrateTest, RankZerosFitIsEveryRanksModel) {
   std::vector<int> partners;
   size_t compared = 0;
   for (const RankOutcome& o : res.ranks) {
-    const std::string text = readFile(base + "/tune." + std::to_string(o.pid));
-    std::remove((base + "/tune." + std::to_string(o.pid)).c_str());
+    const std::string text = takeFile(base + "/tune." + std::to_string(o.pid));
     if (text.empty()) continue;
     ++logs;
     for (std::sregex_iterator m(text.begin(), text.end(), calibrated), end; m != end; ++m) {
@@ -179,9 +178,7 @@ TEST_P(CalibrateFormsTest, RankZerosLimitsChooseEveryRanksForm) {
   std::vector<std::vector<long long>> agreed;
   std::vector<long long> ruleLL, ruleSym, ruleCached, ruleCachedInPlace;
   for (const RankOutcome& o : res.ranks) {
-    const std::string log = base + "/tune." + std::to_string(o.pid);
-    const std::string text = readFile(log);
-    std::remove(log.c_str());
+    const std::string text = takeFile(base + "/tune." + std::to_string(o.pid));
     std::smatch m;
     if (std::regex_search(text, m, limits))
       agreed.push_back({std::stoll(m[1].str()), std::stoll(m[2].str()), std::stoll(m[3].str()),
@@ -214,9 +211,7 @@ TEST_P(CalibrateFormsTest, RankZerosLimitsChooseEveryRanksForm) {
   }
   const long long llMax = agreed[0][0], symMax = agreed[0][1];
   for (int r = 0; r < opts.nranks; ++r) {
-    const std::string path = base + "/trace." + std::to_string(r) + ".json";
-    const std::string text = readFile(path);
-    std::remove(path.c_str());
+    const std::string text = takeFile(base + "/trace." + std::to_string(r) + ".json");
     size_t seen = 0;
     for (std::sregex_iterator m(text.begin(), text.end(), call), end; m != end; ++m) {
       const long long bytes = std::stoll((*m)[3].str()) * 4;
@@ -266,9 +261,7 @@ TEST(CalibrateCache, ASecondStartUpTakesTheLimitsFromTheCache) {
     std::vector<std::string> seen;
     *timed = false;
     for (const RankOutcome& o : res.ranks) {
-      const std::string log = base + "/log." + std::to_string(o.pid);
-      const std::string text = readFile(log);
-      std::remove(log.c_str());
+      const std::string text = takeFile(base + "/log." + std::to_string(o.pid));
       std::smatch m;
       if (std::regex_search(text, m, limits))
         seen.push_back(m[1].str() + " " + m[2].str() + " " + m[3].str() + " " + m[4].str());

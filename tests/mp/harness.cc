@@ -878,4 +878,10 @@ std::string readFile(const std::string& path) {
   return s.str();
 }
 
+std::string takeFile(const std::string& path) {
+  std::string text = readFile(path);
+  std::remove(path.c_str());
+  return text;
+}
+
 }  // namespace loomtest

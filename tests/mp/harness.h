@@ -107,6 +107,9 @@ LaunchResult launch(const LaunchOptions& opts, const RankFn& fn);
 // The whole contents of a file ("" when it cannot be read).
 std::string readFile(const std::string& path);
 
+// The whole contents of a file, which is then removed ("" when it cannot be read).
+std::string takeFile(const std::string& path);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int freeLoopbackPort();
 
