@@ -878,6 +878,19 @@ std::string readFile(const std::string& path) {
   return s.str();
 }
 
+loomResult_t initNonBlocking(RankContext& ctx) {
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  loomResult_t r = loomGetUniqueId(&ctx.id);
+  if (r == loomSuccess) r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &cfg);
+  return r == loomInProgress ? loomCommWaitTicket(ctx.comm, 1, -1) : r;
+}
+
+uint64_t lastTicket(loomComm_t comm) {
+  uint64_t t = 0;
+  return loomCommLastTicket(comm, &t) == loomSuccess ? t : 0;
+}
+
 std::string takeFile(const std::string& path) {
   std::string text = readFile(path);
   std::remove(path.c_str());

@@ -104,6 +104,13 @@ struct LaunchResult {
 // LOOM_MP_VERBOSE set in the environment, prints every rank's output.
 LaunchResult launch(const LaunchOptions& opts, const RankFn& fn);
 
+// Starts a non-blocking communicator (the torch backend's kind) on ctx and waits for its
+// initialisation (ticket 1).
+loomResult_t initNonBlocking(RankContext& ctx);
+
+// The communicator's newest ticket (0 when loomCommLastTicket fails).
+uint64_t lastTicket(loomComm_t comm);
+
 // The whole contents of a file ("" when it cannot be read).
 std::string readFile(const std::string& path);
 

@@ -217,20 +217,6 @@ TEST(TaggedMessages, RingOfLargeSendsBeforeReceivesDoesNotDeadlock) {
   for (bool shm : {true, false}) expectPassed(launch(options(3, shm), ringOfLargeSendsRank));
 }
 
-// A non-blocking communicator (the torch backend's), its initialisation waited for.
-loomResult_t initNonBlocking(RankContext& ctx) {
-  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  loomResult_t r = loomGetUniqueId(&ctx.id);
-  if (r == loomSuccess) r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &cfg);
-  return r == loomInProgress ? loomCommWaitTicket(ctx.comm, 1, -1) : r;
-}
-
-uint64_t lastTicket(loomComm_t comm) {
-  uint64_t t = 0;
-  return loomCommLastTicket(comm, &t) == loomSuccess ? t : 0;
-}
-
 // On a non-blocking communicator a receive waiting for its message does not hold up the
 // operations queued after it. Every rank queues a receive from its previous rank, then an
 // all-reduce, then the send to its next rank: the all-reduce's ticket is done while the

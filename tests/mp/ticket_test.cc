@@ -26,7 +26,7 @@ namespace loomtest {
 namespace {
 
 // The value rank r contributes at index i: small integers, so float sums are exact.
-float input(int r, size_t i, int salt) {
+float ticketInput(int r, size_t i, int salt) {
   return static_cast<float>((r + 1) * 10 + static_cast<int>((i * 13 + salt) % 31));
 }
 
@@ -44,27 +44,17 @@ struct Checker {
   }
 };
 
-// Starts a non-blocking communicator and waits for its initialisation, ticket 1.
-loomResult_t initNonBlocking(RankContext& ctx, Checker& c) {
-  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  loomResult_t r = loomGetUniqueId(&ctx.id);
-  if (r == loomSuccess) r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &cfg);
-  if (r != loomInProgress) return r;
-  uint64_t t = 0;
-  c.expectResult("loomCommLastTicket after init", loomCommLastTicket(ctx.comm, &t), loomSuccess);
-  if (t != 1) c.fail("initialisation's ticket is " + std::to_string(t) + ", expected 1");
-  return loomCommWaitTicket(ctx.comm, 1, -1);
-}
-
-uint64_t lastTicket(loomComm_t comm) {
-  uint64_t t = 0;
-  return loomCommLastTicket(comm, &t) == loomSuccess ? t : 0;
+// Starts a non-blocking communicator, whose initialisation must be ticket 1, and waits for it.
+loomResult_t initTicketOne(RankContext& ctx, Checker& c) {
+  const loomResult_t r = initNonBlocking(ctx);
+  if (r == loomSuccess && lastTicket(ctx.comm) != 1)
+    c.fail("initialisation's ticket is " + std::to_string(lastTicket(ctx.comm)) + ", expected 1");
+  return r;
 }
 
 int ticketsRank(RankContext& ctx) {
   Checker c{ctx.rank};
-  c.expectResult("init", initNonBlocking(ctx, c), loomSuccess);
+  c.expectResult("init", initTicketOne(ctx, c), loomSuccess);
   if (c.failures) return 1;
   const int n = ctx.nranks;
   const int late = n - 1;
@@ -81,9 +71,9 @@ int ticketsRank(RankContext& ctx) {
   if (ctx.rank == late) usleep(300000);
   const size_t count = 70001;
   std::vector<float> a(count), sum(count, -1), gathered(count * n, -1), bcast(count, -1);
-  for (size_t i = 0; i < count; ++i) a[i] = bcast[i] = input(ctx.rank, i, 0);
+  for (size_t i = 0; i < count; ++i) a[i] = bcast[i] = ticketInput(ctx.rank, i, 0);
   std::vector<float> toNext(999), fromPrev(999, -1);
-  for (size_t i = 0; i < toNext.size(); ++i) toNext[i] = input(ctx.rank, i, 3);
+  for (size_t i = 0; i < toNext.size(); ++i) toNext[i] = ticketInput(ctx.rank, i, 3);
 
   std::vector<uint64_t> tickets;
   c.expectResult(
@@ -123,7 +113,7 @@ int ticketsRank(RankContext& ctx) {
   int wrong = 0;
   for (size_t i = 0; i < count; ++i) {
     float s = 0;
-    for (int q = 0; q < n; ++q) s += input(q, i, 0);
+    for (int q = 0; q < n; ++q) s += ticketInput(q, i, 0);
     if (sum[i] != s && ++wrong <= 3)
       c.fail("sum[" + std::to_string(i) + "] = " + std::to_string(sum[i]) + ", expected " +
              std::to_string(s));
@@ -136,11 +126,13 @@ int ticketsRank(RankContext& ctx) {
                  loomSuccess);
   for (size_t i = 0; i < count; ++i) {
     for (int q = 0; q < n; ++q)
-      if (gathered[q * count + i] != input(q, i, 0) && ++wrong <= 6) c.fail("all-gather value");
-    if (bcast[i] != input(1 % n, i, 0) && ++wrong <= 6) c.fail("broadcast value");
+      if (gathered[q * count + i] != ticketInput(q, i, 0) && ++wrong <= 6)
+        c.fail("all-gather value");
+    if (bcast[i] != ticketInput(1 % n, i, 0) && ++wrong <= 6) c.fail("broadcast value");
   }
   for (size_t i = 0; i < fromPrev.size(); ++i)
-    if (fromPrev[i] != input((ctx.rank + n - 1) % n, i, 3) && ++wrong <= 9) c.fail("recv value");
+    if (fromPrev[i] != ticketInput((ctx.rank + n - 1) % n, i, 3) && ++wrong <= 9)
+      c.fail("recv value");
   c.expectResult("destroy", loomCommDestroy(ctx.comm), loomSuccess);
   ctx.comm = nullptr;
   return c.failures == 0 ? 0 : 1;
@@ -171,7 +163,7 @@ TEST_P(TicketTest, EachOperationCompletesOnItsOwnTicketWithTheReferenceValues) {
 // within 5 s of its post (the worker's grace and look are microseconds).
 int unwaitedRank(RankContext& ctx) {
   Checker c{ctx.rank};
-  c.expectResult("init", initNonBlocking(ctx, c), loomSuccess);
+  c.expectResult("init", initTicketOne(ctx, c), loomSuccess);
   if (c.failures) return 1;
   const int n = ctx.nranks;
   const size_t count = 257;
@@ -180,14 +172,14 @@ int unwaitedRank(RankContext& ctx) {
     int wrong = 0;
     for (size_t i = 0; i < count; ++i) {
       float s = 0;
-      for (int q = 0; q < n; ++q) s += input(q, i, salt);
+      for (int q = 0; q < n; ++q) s += ticketInput(q, i, salt);
       if (out[i] != s && ++wrong <= 3)
         c.fail(std::string(what) + ": out[" + std::to_string(i) + "] = " + std::to_string(out[i]) +
                ", expected " + std::to_string(s));
     }
   };
   auto post = [&](int salt) {
-    for (size_t i = 0; i < count; ++i) a[i] = input(ctx.rank, i, salt);
+    for (size_t i = 0; i < count; ++i) a[i] = ticketInput(ctx.rank, i, salt);
     std::fill(out.begin(), out.end(), -1.0f);
     c.expectResult(
         "all-reduce",
@@ -230,7 +222,7 @@ constexpr int kDeathTimeoutMs = 8000;
 // wait for the first: it fails, naming the dead rank, within the timeout, and so does the next.
 int deadPeerRank(RankContext& ctx) {
   Checker c{ctx.rank};
-  c.expectResult("init", initNonBlocking(ctx, c), loomSuccess);
+  c.expectResult("init", initTicketOne(ctx, c), loomSuccess);
   if (c.failures) return 1;
   const int victim = ctx.nranks - 1;
   ctx.shared->words[0].fetch_add(1);
@@ -276,7 +268,7 @@ TEST_P(TicketTest, AFailedOperationsTicketNamesTheDeadPeer) {
 // aborts: the wait returns an error within a second, and the abort returns.
 int abortWhileWaitingRank(RankContext& ctx) {
   Checker c{ctx.rank};
-  c.expectResult("init", initNonBlocking(ctx, c), loomSuccess);
+  c.expectResult("init", initTicketOne(ctx, c), loomSuccess);
   if (c.failures) return 1;
   if (ctx.rank == 1) {
     while (ctx.shared->flag.load() == 0) usleep(10000);

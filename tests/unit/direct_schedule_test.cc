@@ -10,14 +10,12 @@
 
 #include "algorithms/schedule.h"
 #include "algorithms/verifier.h"
+#include "contains.h"
 
 namespace loom::algo {
 namespace {
 
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << part << "\" not in: " << text;
-}
+using loomtest::Contains;
 
 struct Variant {
   const char* name;

@@ -9,14 +9,12 @@
 
 #include "algorithms/schedule.h"
 #include "algorithms/verifier.h"
+#include "contains.h"
 
 namespace loom::algo {
 namespace {
 
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << part << "\" not in: " << text;
-}
+using loomtest::Contains;
 
 std::vector<Schedule> buildAll(const std::vector<std::vector<GroupBuf>>& ops) {
   std::vector<Schedule> s;
@@ -25,7 +23,7 @@ std::vector<Schedule> buildAll(const std::vector<std::vector<GroupBuf>>& ops) {
   return s;
 }
 
-VerifyOptions opts(size_t slotBytes = 16, size_t depth = 1) {
+VerifyOptions groupOpts(size_t slotBytes = 16, size_t depth = 1) {
   VerifyOptions o;
   o.elemSize = 1;  // a group's counts are bytes
   o.slotBytes = slotBytes;
@@ -82,7 +80,7 @@ TEST(GroupSchedule, RandomGroupsVerify) {
     for (int trial = 0; trial < 20; ++trial) {
       const auto ops = randomGroups(n, rng);
       for (size_t slot : {1, 16, 1024}) {
-        VerifyResult r = verify(buildAll(ops), opts(slot));
+        VerifyResult r = verify(buildAll(ops), groupOpts(slot));
         ASSERT_TRUE(r.ok) << "n=" << n << " trial " << trial << " slot " << slot << ": " << r.error;
       }
     }
@@ -96,13 +94,13 @@ TEST(GroupSchedule, EachRankReceivingFirstDoesNotDeadlock) {
   const std::vector<Schedule> s = buildAll(ops);
   EXPECT_TRUE(s[0].independent);
   EXPECT_TRUE(channelsIndependent(s[0]));
-  VerifyResult r = verify(s, opts());
+  VerifyResult r = verify(s, groupOpts());
   EXPECT_TRUE(r.ok) << r.error;
 }
 
 TEST(GroupSchedule, SizesThatDoNotMatchAreCaught) {
   const std::vector<std::vector<GroupBuf>> ops = {{{40, true, 1}}, {{41, false, 0}}};
-  VerifyResult r = verify(buildAll(ops), opts(64));
+  VerifyResult r = verify(buildAll(ops), groupOpts(64));
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(Contains(r.error, "size mismatch")) << r.error;
 }
@@ -110,7 +108,7 @@ TEST(GroupSchedule, SizesThatDoNotMatchAreCaught) {
 TEST(GroupSchedule, AReceiveWithNoSendIsADeadlock) {
   const std::vector<std::vector<GroupBuf>> ops = {
       {{8, true, 1}}, {{8, false, 0}, {8, false, 2}}, {}};
-  VerifyResult r = verify(buildAll(ops), opts());
+  VerifyResult r = verify(buildAll(ops), groupOpts());
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(Contains(r.error, "deadlock")) << r.error;
   EXPECT_TRUE(Contains(r.error, "waits for a piece from rank 2")) << r.error;
@@ -119,12 +117,12 @@ TEST(GroupSchedule, AReceiveWithNoSendIsADeadlock) {
 TEST(GroupSchedule, SelfSendsAreCopiesIntoSelfReceivesInOrder) {
   const std::vector<std::vector<GroupBuf>> ops = {
       {{5, true, 0}, {7, true, 0}, {5, false, 0}, {7, false, 0}, {3, true, 1}}, {{3, false, 0}}};
-  VerifyResult r = verify(buildAll(ops), opts());
+  VerifyResult r = verify(buildAll(ops), groupOpts());
   EXPECT_TRUE(r.ok) << r.error;
   // Swapped: the first receive (5 bytes) would get the 7-byte send.
   std::vector<Schedule> s = buildAll(ops);
   std::swap(s[0].channels[0][0].src, s[0].channels[0][1].src);
-  r = verify(s, opts());
+  r = verify(s, groupOpts());
   EXPECT_FALSE(r.ok);
 }
 
@@ -134,7 +132,7 @@ TEST(GroupSchedule, AReceiveIntoTheWrongBufferIsCaught) {
   std::vector<Schedule> s = buildAll(ops);
   ASSERT_EQ(s[1].channels.size(), 2u);
   std::swap(s[1].channels[1][0].dst, s[1].channels[1][1].dst);
-  VerifyResult r = verify(s, opts());
+  VerifyResult r = verify(s, groupOpts());
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(Contains(r.error, "sendrecv: rank 1")) << r.error;
 }

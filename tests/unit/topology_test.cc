@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/graph_links.h"
+#include "contains.h"
 #include "topology/search.h"
 
 namespace loom::topo {
@@ -79,10 +80,7 @@ int nodeAt(const System& s, NodeType t, const std::string& busId) {
   return -1;
 }
 
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << part << "\" not in: " << text;
-}
+using loomtest::Contains;
 
 // ---- bandwidth figures ------------------------------------------------------------------
 
