@@ -878,11 +878,16 @@ std::string readFile(const std::string& path) {
   return s.str();
 }
 
-loomResult_t initNonBlocking(RankContext& ctx) {
+loomResult_t startNonBlocking(RankContext& ctx) {
   loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   loomResult_t r = loomGetUniqueId(&ctx.id);
   if (r == loomSuccess) r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &cfg);
+  return r;
+}
+
+loomResult_t initNonBlocking(RankContext& ctx) {
+  const loomResult_t r = startNonBlocking(ctx);
   return r == loomInProgress ? loomCommWaitTicket(ctx.comm, 1, -1) : r;
 }
 

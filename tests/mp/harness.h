@@ -104,8 +104,9 @@ struct LaunchResult {
 // LOOM_MP_VERBOSE set in the environment, prints every rank's output.
 LaunchResult launch(const LaunchOptions& opts, const RankFn& fn);
 
-// Starts a non-blocking communicator (the torch backend's kind) on ctx and waits for its
-// initialisation (ticket 1).
+// Starts a non-blocking communicator (the torch backend's kind) on ctx: loomInProgress while its
+// initialisation (ticket 1) runs, else the error. initNonBlocking also waits for ticket 1.
+loomResult_t startNonBlocking(RankContext& ctx);
 loomResult_t initNonBlocking(RankContext& ctx);
 
 // The communicator's newest ticket (0 when loomCommLastTicket fails).
