@@ -9,9 +9,6 @@
 // to leave before the communicator is freed.
 #pragma once
 
-#include <netinet/in.h>
-#include <sched.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -25,6 +22,7 @@
 #include "algorithms/schedule.h"
 #include "bootstrap/bootstrap.h"
 #include "comm/inbox.h"
+#include "comm/peer_info.h"
 #include "loom/loom.h"
 #include "trace/recorder.h"
 #include "transport/memory.h"
@@ -40,18 +38,6 @@ class System;
 }
 
 namespace loom {
-
-struct PeerInfo {
-  std::string host;  // net::hostIdentity()
-  int pid = 0;
-  sockaddr_in tcpAddr{};
-  int cudaDev = -1;
-  bool ib = false;      // has an active RDMA port and may use the ib transport
-  cpu_set_t cpuMask{};  // its affinity mask: the CPUs it may run on (sent as cpus::formatMask)
-
-  std::string encode() const;
-  static Result<PeerInfo> decode(const std::string& blob);
-};
 
 struct CommOptions {
   int64_t timeoutMs = 0;

@@ -1,4 +1,4 @@
-// Fuzzes PeerInfo::decode (src/comm/comm.cc): every rank's blob in the rendezvous table,
+// Fuzzes PeerInfo::decode (src/comm/peer_info.cc): every rank's blob in the rendezvous table,
 // which the communicator decodes before it trusts any of it (host identity, pid, TCP
 // listener address, CUDA device).
 //
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "comm/comm.h"
+#include "comm/peer_info.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   setenv("LOOM_DEBUG", "NONE", 1);
