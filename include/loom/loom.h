@@ -266,7 +266,9 @@ const char* loomGetLastError(loomComm_t comm);
 loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
                                       loomScalarResidence_t residence, loomComm_t comm);
 
-/// Frees an operation made by loomRedOpCreatePreMulSum.
+/// Frees an operation made by loomRedOpCreatePreMulSum. As soon as the last call given the
+/// operation has returned, it may be freed: each call copies it, so a call still queued on a
+/// non-blocking communicator (or in an open group) runs with the scalar it was given.
 loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
 
 /// recvbuff[i] = op over ranks of sendbuff[i]. In place when sendbuff == recvbuff.

@@ -82,6 +82,11 @@ struct Call {
   bool message = false;
   int messageTag = 0;
   int* source = nullptr;
+  // A PreMulSum operation's reducer, copied when the call was made (submit), so that the
+  // operation may be destroyed as soon as the call returns, as NCCL allows, and a queued call
+  // never reads the communicator's table of operations from another thread.
+  bool ownReducer = false;
+  kernels::Reducer reducer;
 };
 
 // Calls of one communicator, viewed where they lie: a group's vector, or one call on the

@@ -493,6 +493,7 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
   if (!reduces(c.coll)) return kernels::Reducer{};
   if (static_cast<int>(c.op) < loomNumOps)
     return kernels::makeReducer(c.dtype, c.op, comm.nranks());
+  if (c.ownReducer) return c.reducer;
   size_t idx = static_cast<size_t>(c.op) - loomNumOps;
   if (idx >= comm.userOps().size() || !comm.userOps()[idx])
     return LOOM_ERROR(loomInvalidArgument, "op: reduction operation was destroyed");
@@ -561,6 +562,11 @@ Status runOne(Comm& comm, const Call& c) {
 
 Status submit(Call& call, Comm* comm) {
   call.tag = comm->takeNextTag();
+  if (call.kind == Call::Collective && static_cast<int>(call.op) >= loomNumOps &&
+      reduces(call.coll)) {
+    LOOM_ASSIGN(call.reducer, reducerFor(*comm, call));
+    call.ownReducer = true;
+  }
   if (inGroup()) {
     tGroup.calls.push_back(call);
     return Status::ok();

@@ -46,14 +46,19 @@ float input(int r, size_t i, int salt) {
   return static_cast<float>((r + 1) * 100 + static_cast<int>((i * 7 + salt) % 61));
 }
 
-// Ranks that init by themselves, with a timeout far beyond what the test waits for.
-LaunchResult launchLong(int nranks, bool shm, const RankFn& fn) {
+// Ranks that init by themselves (timeoutMs 0: the harness's default).
+LaunchResult launchSelfInit(int nranks, bool shm, const RankFn& fn, int timeoutMs = 0) {
   LaunchOptions opts;
   opts.nranks = nranks;
   opts.shm = shm;
   opts.initComm = false;
-  opts.timeoutMs = 60000;
+  if (timeoutMs > 0) opts.timeoutMs = timeoutMs;
   return launch(opts, fn);
+}
+
+// With a timeout far beyond what the test waits for.
+LaunchResult launchLong(int nranks, bool shm, const RankFn& fn) {
+  return launchSelfInit(nranks, shm, fn, 60000);
 }
 
 // Prints what leaks() finds; returns how many problems.
@@ -182,11 +187,7 @@ int initThenQueueRank(RankContext& ctx) {
 class NonBlockingTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(NonBlockingTest, InitPolledToSuccessThenQueuedCollectivesMatchReference) {
-  LaunchOptions opts;
-  opts.nranks = 4;
-  opts.shm = GetParam();
-  opts.initComm = false;
-  LaunchResult res = launch(opts, initThenQueueRank);
+  LaunchResult res = launchSelfInit(4, GetParam(), initThenQueueRank);
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
@@ -298,6 +299,56 @@ int abortDuringCollectiveRank(RankContext& ctx) {
 
 TEST_P(NonBlockingTest, AbortFromAnotherThreadDuringACollectiveWithAStalledPeer) {
   LaunchResult res = launchLong(3, GetParam(), abortDuringCollectiveRank);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+// PreMulSum operations destroyed as soon as the call that takes them returns (as NCCL allows),
+// while the worker has yet to run it, and new ones made meanwhile (the table of operations
+// grows under the queued calls): every queued all-reduce still uses its own factor.
+int premulDestroyedWhileQueuedRank(RankContext& ctx) {
+  if (initNonBlocking(ctx) != loomSuccess) {
+    fprintf(stderr, "rank %d: init: %s\n", ctx.rank, loomGetLastError(nullptr));
+    return 1;
+  }
+  constexpr int kCalls = 24;
+  const size_t count = 4099;
+  std::vector<std::vector<double>> bufs(kCalls, std::vector<double>(count));
+  int failures = 0;
+  for (int k = 0; k < kCalls; ++k) {
+    for (size_t i = 0; i < count; ++i) bufs[k][i] = static_cast<double>(ctx.rank + 1 + i % 5);
+    double factor = 0.5 * (k + 1);
+    loomRedOp_t op;
+    loomResult_t r =
+        loomRedOpCreatePreMulSum(&op, &factor, loomFloat64, loomScalarHostImmediate, ctx.comm);
+    if (r == loomSuccess)
+      r = loomAllReduce(bufs[k].data(), bufs[k].data(), count, loomFloat64, op, ctx.comm, nullptr);
+    if (r != loomSuccess && r != loomInProgress) {
+      fprintf(stderr, "rank %d: call %d: %s\n", ctx.rank, k, loomGetLastError(nullptr));
+      return 1;
+    }
+    if (loomRedOpDestroy(op, ctx.comm) != loomSuccess) ++failures;
+  }
+  const loomResult_t r = loomCommWaitTicket(ctx.comm, lastTicket(ctx.comm), -1);
+  if (r != loomSuccess) {
+    fprintf(stderr, "rank %d: wait: %s\n", ctx.rank, loomGetLastError(nullptr));
+    return 1;
+  }
+  for (int k = 0; k < kCalls; ++k) {
+    for (size_t i = 0; i < count; ++i) {
+      double want = 0;  // factor * sum over ranks, each term exact in binary
+      for (int q = 0; q < ctx.nranks; ++q) want += 0.5 * (k + 1) * (q + 1 + i % 5);
+      if (bufs[k][i] != want) {
+        if (++failures <= 5)
+          fprintf(stderr, "rank %d: call %d [%zu] = %g, expected %g\n", ctx.rank, k, i, bufs[k][i],
+                  want);
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+TEST_P(NonBlockingTest, PreMulSumDestroyedRightAfterTheCallStillAppliesItsFactor) {
+  LaunchResult res = launchSelfInit(3, GetParam(), premulDestroyedWhileQueuedRank);
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
