@@ -1,5 +1,7 @@
 #include "backend.h"
 
+#include <Python.h>
+
 #include <algorithm>
 #include <cstring>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -45,6 +47,10 @@ std::exception_ptr LoomWork::complete(loomResult_t r, const std::string& message
     exception_ = backendError(backend_->describe(r, message, *this));
   }
   completed_ = true;
+  // Freed after the lock: freeing a tensor may take the GIL, whose holder may be asking
+  // this work for its state.
+  std::function<void()> epilogue = std::move(epilogue_);
+  std::vector<at::Tensor> keep = std::move(keep_);
   epilogue_ = nullptr;
   keep_.clear();
   auto future = future_;
@@ -72,6 +78,16 @@ bool LoomWork::isCompleted() {
   return true;
 }
 
+bool LoomWork::settled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool LoomWork::hasFuture() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return future_ != nullptr;
+}
+
 bool LoomWork::isSuccess() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_ && !exception_;
@@ -91,13 +107,12 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
     }
   }
   if (ticket_ == 0) fail("wait(): the operation is still inside a coalescing block");
-  // kNoTimeout: the group's, which is its communicator's (-1: the waiting thread may then run
-  // the operation itself if Loom's thread has not taken it yet).
+  // kNoTimeout: the group's (see groupWaitMs).
   const bool groupTimeout = timeout.count() <= 0;
   const int64_t ms = groupTimeout ? backend_->timeout().count() : timeout.count();
-  const loomResult_t r =
-      loomCommWaitTicket(backend_->comm(), ticket_,
-                         groupTimeout ? -1 : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
+  const loomResult_t r = loomCommWaitTicket(
+      backend_->comm(), ticket_,
+      groupTimeout ? backend_->groupWaitMs() : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
   if (r == loomInProgress)
     std::rethrow_exception(backendError("loom: rank " + std::to_string(backend_->getRank()) + ": " +
                                         c10d::opTypeToString(retrieveOpType()) + " #" +
@@ -106,6 +121,7 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
                                         " ms (a peer is late, stalled or dead)"));
   const std::exception_ptr e = complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
   if (e) std::rethrow_exception(e);
+  backend_->sweep();  // works before this one have finished too (but receives)
   return true;
 }
 
@@ -139,7 +155,9 @@ int LoomWork::sourceRank() const {
 
 LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                          std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size), timeout_(timeout) {
+    : c10d::Backend(rank, size),
+      timeoutMs_(timeout.count()),
+      createdTimeoutMs_(std::min<int64_t>(timeout.count(), INT32_MAX)) {
   const std::string key = "loom_unique_id";
   loomUniqueId id;
   if (rank == 0) {
@@ -154,20 +172,33 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   }
   loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  cfg.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), INT32_MAX));
+  cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
   cfg.commName = "torch";
-  check(loomCommInitRankConfig(&comm_, size, id, rank, &cfg), "loomCommInitRankConfig");
-  const loomResult_t r = loomCommWaitTicket(comm_, 1, -1);  // ticket 1: the initialisation
+  loomComm_t comm = nullptr;
+  check(loomCommInitRankConfig(&comm, size, id, rank, &cfg), "loomCommInitRankConfig");
+  comm_ = comm;
+  const loomResult_t r = loomCommWaitTicket(comm, 1, -1);  // ticket 1: the initialisation
   if (r != loomSuccess) {
     const std::string text = loomGetLastError(nullptr);
-    (void)loomCommAbort(comm_);
+    (void)loomCommAbort(comm);
     comm_ = nullptr;
     fail("rank " + std::to_string(rank) + ": joining the group of " + std::to_string(size) +
          " failed: " + loomGetErrorString(r) + ": " + text);
   }
+  lastTicket_ = 1;
 }
 
-LoomBackend::~LoomBackend() { shutdown(); }
+LoomBackend::~LoomBackend() {
+  // The last reference may go in Python (with the GIL held), while the completion thread
+  // runs a future's callback that needs the GIL: shut down without it.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* state = PyEval_SaveThread();
+    shutdown();
+    PyEval_RestoreThread(state);
+  } else {
+    shutdown();
+  }
+}
 
 void LoomBackend::stopCompletion() {
   {
@@ -179,19 +210,94 @@ void LoomBackend::stopCompletion() {
 }
 
 void LoomBackend::shutdown() {
+  std::lock_guard<std::mutex> life(life_);
+  if (comm_.load() != nullptr) {
+    settleAll(false);  // what is queued runs first (each operation is bounded by the timeout)
+    stopCompletion();
+    for (const auto& kv : premul_) (void)loomRedOpDestroy(kv.second, comm_);
+    premul_.clear();
+    (void)loomCommDestroy(comm_.exchange(nullptr));
+  }
   stopCompletion();
-  if (comm_ == nullptr) return;
-  for (const auto& kv : premul_) (void)loomRedOpDestroy(kv.second, comm_);
-  premul_.clear();
-  (void)loomCommDestroy(comm_);  // runs what is queued first (each operation is bounded)
-  comm_ = nullptr;
 }
 
 void LoomBackend::abort() {
+  std::lock_guard<std::mutex> life(life_);
+  if (comm_.load() != nullptr) {
+    sweep();                            // works whose operations finished keep their results
+    (void)loomCommAbort(comm_.load());  // drops the queue, ends the running operation
+    settleAll(true);
+    stopCompletion();
+    premul_.clear();  // freed with the communicator
+    comm_ = nullptr;
+  }
   stopCompletion();
-  if (comm_ == nullptr) return;
-  (void)loomCommAbort(comm_);
-  comm_ = nullptr;
+}
+
+int LoomBackend::groupWaitMs() const {
+  const int64_t ms = timeoutMs_.load();
+  return ms == createdTimeoutMs_ ? -1 : static_cast<int>(std::min<int64_t>(ms, INT32_MAX));
+}
+
+void LoomBackend::track(c10::intrusive_ptr<LoomWork> w) {
+  std::lock_guard<std::mutex> lock(im_);
+  inflight_.push_back(std::move(w));
+}
+
+void LoomBackend::sweep() {
+  // A work is never freed under im_ or cm_: freeing its tensors may take the GIL, and a thread
+  // holding the GIL may be waiting for that lock (a DDP communication hook asking a future).
+  // The sweep completes works without futures only (a copy-out at most), and outside the
+  // lock; the completion thread completes the others.
+  auto finished = [](const c10::intrusive_ptr<LoomWork>& w) {
+    return w->settled() || (!w->hasFuture() && w->isCompleted());
+  };
+  for (;;) {
+    c10::intrusive_ptr<LoomWork> w;
+    {
+      std::lock_guard<std::mutex> lock(im_);
+      if (inflight_.empty()) return;
+      w = inflight_.front();
+    }
+    if (!finished(w)) break;
+    std::lock_guard<std::mutex> lock(im_);
+    if (!inflight_.empty() && inflight_.front() == w) inflight_.pop_front();
+  }  // w, perhaps the last reference, goes after the lock
+  // Past this many, every held work is asked about: receives can finish out of order.
+  constexpr size_t kScanAll = 16;
+  std::vector<c10::intrusive_ptr<LoomWork>> held;
+  {
+    std::lock_guard<std::mutex> lock(im_);
+    if (inflight_.size() < kScanAll) return;
+    held.assign(inflight_.begin(), inflight_.end());
+  }
+  for (const auto& w : held) (void)finished(w);
+  std::lock_guard<std::mutex> lock(im_);
+  inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
+                                 [](const auto& w) { return w->settled(); }),
+                  inflight_.end());
+}  // held, the last reference to the works dropped, goes after the lock
+
+void LoomBackend::settleAll(bool aborted) {
+  std::deque<c10::intrusive_ptr<LoomWork>> works;
+  {
+    std::lock_guard<std::mutex> lock(im_);
+    works.swap(inflight_);
+  }
+  for (const auto& w : works) {
+    if (w->settled()) continue;
+    if (aborted) {
+      w->complete(loomRemoteError, "the process group was aborted before the operation ended");
+      continue;
+    }
+    const loomResult_t r = loomCommWaitTicket(comm_, w->ticket(), groupWaitMs());
+    if (r == loomInProgress)
+      w->complete(loomTimeout,
+                  "the process group was shut down, and the operation did not "
+                  "finish within the timeout");
+    else
+      w->complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+  }
 }
 
 c10::intrusive_ptr<c10d::Backend> LoomBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
@@ -199,7 +305,7 @@ c10::intrusive_ptr<c10d::Backend> LoomBackend::split(const c10::intrusive_ptr<c1
                                                      const c10::intrusive_ptr<Options>& opts) {
   auto it = std::find(ranks.begin(), ranks.end(), getRank());
   if (it == ranks.end()) return nullptr;
-  const auto timeout = opts ? opts->timeout : timeout_;
+  const auto timeout = opts ? opts->timeout : this->timeout();
   return c10::make_intrusive<LoomBackend>(store, static_cast<int>(it - ranks.begin()),
                                           static_cast<int>(ranks.size()), timeout);
 }
@@ -218,34 +324,68 @@ std::string LoomBackend::describe(loomResult_t r, const std::string& message,
 
 void LoomBackend::completeInBackground(c10::intrusive_ptr<LoomWork> work) {
   std::lock_guard<std::mutex> lock(cm_);
-  if (!completer_.joinable() && !stopping_) completer_ = std::thread([this] { completionLoop(); });
+  // Once shutdown() or abort() has begun, settleAll completes every work (and its future).
+  if (stopping_) return;
+  if (!completer_.joinable()) {
+    const loomComm_t comm = comm_;
+    completer_ = std::thread([this, comm] { completionLoop(comm); });
+  }
   pending_.push_back(std::move(work));
   ccv_.notify_all();
 }
 
-void LoomBackend::completionLoop() {
+namespace {
+
+void completeFrom(LoomWork& w, loomResult_t r) {
+  w.complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+}
+
+}  // namespace
+
+void LoomBackend::completionLoop(loomComm_t comm) {
   for (;;) {
+    // Declared before the lock, so that works are freed after it (see sweep).
+    std::vector<c10::intrusive_ptr<LoomWork>> done;
     c10::intrusive_ptr<LoomWork> w;
     {
       std::unique_lock<std::mutex> lock(cm_);
       ccv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
-      if (pending_.empty()) return;
+      // Works completed elsewhere (wait(), the sweep, settleAll) leave the queue.
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if ((*it)->settled()) {
+          done.push_back(std::move(*it));
+          it = pending_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (pending_.empty()) {
+        if (stopping_) return;
+        continue;
+      }
       w = pending_.front();
-      pending_.pop_front();
     }
-    // Operations finish in ticket order, each bounded by the group's timeout; the slices let
-    // shutdown end this thread.
-    loomResult_t r = loomInProgress;
-    for (;;) {
-      r = loomCommWaitTicket(comm_, w->ticket(), 200);
-      if (r != loomInProgress) break;
+    // Operations finish in ticket order, each bounded by the group's timeout, except receives,
+    // which may finish after operations queued later: behind a waiting receive the others are
+    // polled. The slices let shutdown end this thread.
+    const loomResult_t r = loomCommWaitTicket(comm, w->ticket(), w->isReceive() ? 2 : 200);
+    if (r != loomInProgress) {
+      completeFrom(*w, r);
+      continue;
+    }
+    std::vector<c10::intrusive_ptr<LoomWork>> rest;
+    {
       std::lock_guard<std::mutex> lock(cm_);
-      if (stopping_) break;
+      if (stopping_) {
+        w->complete(loomRemoteError, "the process group was shut down before the operation ended");
+        continue;
+      }
+      if (w->isReceive()) rest.assign(pending_.begin() + 1, pending_.end());
     }
-    if (r == loomInProgress)
-      w->complete(loomRemoteError, "the process group was shut down before the operation ended");
-    else
-      w->complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+    for (const auto& x : rest) {
+      const loomResult_t rx = loomCommWaitTicket(comm, x->ticket(), 0);
+      if (rx != loomInProgress) completeFrom(*x, rx);
+    }
   }
 }
 
@@ -257,20 +397,51 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type,
                                                     std::function<void()> epilogue,
                                                     std::vector<at::Tensor> keep) {
   if (comm_ == nullptr) fail("the process group was shut down or aborted");
+  // Finished works go first: once the operation is queued, a wait() that comes at once runs it
+  // itself (without a hand-over to Loom's thread), so nothing should come in between.
+  sweep();
   auto w = c10::make_intrusive<LoomWork>(this, type, std::move(outputs), std::move(epilogue),
                                          std::move(keep));
   // The first Loom operation of this one carries the group's sequence number into Loom's
   // flight recorder, so that loom-trace names operations as torch numbers them.
   if (!coalescing_) check(loomCommSetOpTag(comm_, seq_ + 1), "loomCommSetOpTag");
-  issue();
+  try {
+    issue();
+  } catch (...) {
+    // Loom refused one of this operation's calls after others were queued (a group's calls
+    // up to the refused one run): the tensors stay held until they have.
+    if (coalescing_) {
+      coalesced_.push_back(w);
+      try {
+        (void)endCoalescing();
+      } catch (...) {
+      }
+    } else {
+      uint64_t now = 0;
+      if (loomCommLastTicket(comm_, &now) == loomSuccess && now != lastTicket_) {
+        lastTicket_ = now;
+        w->setTicket(now, ++seq_);
+        track(w);
+      }
+    }
+    throw;
+  }
   if (coalescing_) {
     coalesced_.push_back(w);
     return w;
   }
-  uint64_t ticket = 0;
-  check(loomCommLastTicket(comm_, &ticket), "loomCommLastTicket");
-  w->setTicket(ticket, ++seq_);
+  w->setTicket(queuedTicket(), ++seq_);
+  track(w);
   return w;
+}
+
+uint64_t LoomBackend::queuedTicket() {
+  const uint64_t before = lastTicket_;
+  if (loomCommLastTicket(comm_, &lastTicket_) != loomSuccess) {
+    lastTicket_ = before;
+    fail(std::string("loomCommLastTicket: ") + loomGetLastError(nullptr));
+  }
+  return lastTicket_;
 }
 
 void LoomBackend::startCoalescing() {
@@ -286,8 +457,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
   std::vector<c10::intrusive_ptr<LoomWork>> works;
   works.swap(coalesced_);
   check(loomGroupEnd(), "loomGroupEnd");
-  uint64_t ticket = 0;
-  check(loomCommLastTicket(comm_, &ticket), "loomCommLastTicket");
+  const uint64_t ticket = queuedTicket();
   const uint64_t seq = ++seq_;
   std::vector<at::Tensor> outputs;
   for (auto& w : works) {
@@ -305,11 +475,19 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
       },
       std::vector<at::Tensor>{});
   all->setTicket(ticket, seq);
+  track(all);
   return all;
 }
 
 loomRedOp_t LoomBackend::redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
   const bool isBool = t.scalar_type() == at::kBool;
+  // A complex tensor reduces as its parts: sums (and averages, and scaled sums) only.
+  if (t.is_complex() && op.op_ != c10d::ReduceOp::SUM && op.op_ != c10d::ReduceOp::AVG &&
+      op.op_ != c10d::ReduceOp::PREMUL_SUM)
+    fail("op: " + std::to_string(static_cast<int>(op.op_)) + " of " +
+         c10::toString(t.scalar_type()) +
+         " tensors (complex tensors reduce by SUM, AVG and "
+         "PREMUL_SUM only)");
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
       return isBool ? loomMax : loomSum;  // bool: sum is "any"
@@ -325,14 +503,24 @@ loomRedOp_t LoomBackend::redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
     case c10d::ReduceOp::PREMUL_SUM: {
       const auto* s = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
       if (s == nullptr) fail("op: PREMUL_SUM without its factor");
+      if (!at::isFloatingType(t.scalar_type()) && !t.is_complex())
+        fail(std::string("op: PREMUL_SUM of ") + c10::toString(t.scalar_type()) +
+             " tensors (it scales floating-point and complex tensors only)");
       const double f =
           s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
       const loomDataType_t dt = reduceType(t);
       auto key = std::make_pair(static_cast<int>(dt), f);
       auto it = premul_.find(key);
       if (it != premul_.end()) return it->second;
-      // The factor in the tensor's own type.
-      at::Tensor scalar = at::scalar_tensor(f, at::TensorOptions().dtype(t.scalar_type()));
+      // A factor that changes every call would grow the cache without bound. Loom copies an
+      // operation into each call that takes it, so the cached ones may go at any time.
+      if (premul_.size() >= 64) {
+        for (const auto& kv : premul_) (void)loomRedOpDestroy(kv.second, comm_);
+        premul_.clear();
+      }
+      // The factor in the tensor's own (real) type.
+      at::Tensor scalar =
+          at::scalar_tensor(f, at::TensorOptions().dtype(c10::toRealValueType(t.scalar_type())));
       loomRedOp_t made;
       check(loomRedOpCreatePreMulSum(&made, scalar.data_ptr(), dt, loomScalarHostImmediate, comm_),
             "loomRedOpCreatePreMulSum");

@@ -7,10 +7,15 @@
 // operation's ticket), not when the whole queue drains. wait() honours its timeout
 // (else the group's) and throws a DistBackendError with Loom's message, which names
 // the failed peer. getFuture()'s future is completed by a completion thread that
-// starts with the first future asked for; the tensors of a Work stay referenced
-// until it completes. Calls whose outputs are not one contiguous tensor (lists of
-// tensors) land in a staging tensor and are copied out once, by whichever of
-// wait() and the completion thread sees the operation finish first.
+// starts with the first future asked for. The backend holds every Work until its
+// operation has finished (a Work the caller drops keeps its tensors alive, and its
+// copy-out still runs), so Loom never touches freed memory. Calls whose outputs are
+// not one contiguous tensor (lists of tensors) land in a staging tensor and are
+// copied out once, by whoever sees the operation finish first (wait(), the completion
+// thread, or the backend's sweep of finished works at the next call or wait).
+// shutdown() lets every queued operation finish and settles its Work before Loom's
+// communicator is destroyed; abort() ends them, then fails the Works left. A Work
+// never reaches its backend once it has completed, so it may outlive it.
 //
 // Thread safety: collectives are issued by one thread at a time (torch's
 // contract for a process group); wait(), isCompleted() and getFuture() may be
@@ -19,6 +24,7 @@
 
 #include <loom/loom.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -57,6 +63,13 @@ class LoomWork : public c10d::Work {
     seq_ = seq;
   }
   uint64_t ticket() const { return ticket_; }
+  // Completed (successfully or not), without asking Loom.
+  bool settled() const;
+  // Has a future: only the completion thread, wait() and isCompleted() complete it then, so
+  // that its callbacks never run inside another call (whose caller may hold locks they need).
+  bool hasFuture() const;
+  // A receive (recv, recvAnysource): it may finish after operations queued later.
+  bool isReceive() const { return source_.defined(); }
   // Records the operation's result (once): runs the epilogue on success and completes the
   // future. Returns the exception, if any.
   std::exception_ptr complete(loomResult_t r, const std::string& message);
@@ -82,7 +95,7 @@ class LoomBackend : public c10d::Backend {
   const std::string getBackendName() const override { return "loom"; }
   bool supportsSplitting() const override { return true; }
   bool supportsCoalescing() const override { return true; }
-  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void setTimeout(std::chrono::milliseconds timeout) override { timeoutMs_ = timeout.count(); }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void setSequenceNumberForGroup() override {}
@@ -131,8 +144,14 @@ class LoomBackend : public c10d::Backend {
   Work barrier(const c10d::BarrierOptions& opts) override;
 
   // For LoomWork.
-  loomComm_t comm() const { return comm_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  loomComm_t comm() const { return comm_.load(); }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeoutMs_.load()); }
+  // Loom's timeout argument for a wait with the group's timeout: -1 (the communicator's own,
+  // with which the waiting thread may run the operation itself) until setTimeout changes it.
+  int groupWaitMs() const;
+  // Drops the finished works from the front of the works in flight (asking Loom about the
+  // oldest one; about all of them once many are held).
+  void sweep();
   // Hands the work to the completion thread (started on first use).
   void completeInBackground(c10::intrusive_ptr<LoomWork> work);
   // The error text of a failed operation, naming this rank.
@@ -154,12 +173,24 @@ class LoomBackend : public c10d::Backend {
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
   // recv and recvAnysource (src LOOM_ANY_SOURCE): tagged messages, each tensor one.
   Work receive(std::vector<at::Tensor>& tensors, int src, int tag);
-  void completionLoop();
+  void completionLoop(loomComm_t comm);
   void stopCompletion();
+  // Holds w until its operation has finished (enqueue sweeps the finished ones first).
+  void track(c10::intrusive_ptr<LoomWork> w);
+  // Shutdown's and abort's end of the works in flight: each waits for its operation (or, on
+  // abort, is failed once Loom has stopped).
+  void settleAll(bool aborted);
+  // The communicator's last ticket, asked of Loom (and kept in lastTicket_).
+  uint64_t queuedTicket();
 
-  loomComm_t comm_ = nullptr;
-  std::chrono::milliseconds timeout_;
+  std::atomic<loomComm_t> comm_{nullptr};
+  std::atomic<int64_t> timeoutMs_;
+  const int64_t createdTimeoutMs_;  // the communicator's own timeout
+  std::mutex life_;                 // shutdown() and abort() one at a time
+  std::mutex im_;                   // inflight_
+  std::deque<c10::intrusive_ptr<LoomWork>> inflight_;
   uint64_t seq_ = 0;
+  uint64_t lastTicket_ = 0;  // of the last operation queued
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<LoomWork>> coalesced_;
   std::map<std::pair<int, double>, loomRedOp_t> premul_;  // (dtype, factor) -> op

@@ -3,6 +3,7 @@
 // moves (broadcast, gathers, scatters, all-to-all, send/receive) moves as bytes, so
 // every dtype works; reductions take Loom's type of the tensor.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 #include "backend.h"
 #include "util.h"
@@ -34,23 +35,48 @@ class ArgName {
   size_t index_ = kNone;
 };
 
-// Element-wise operations (all-reduce, broadcast, reduce, send, receive) take any dense layout
-// (channels_last, say: every rank's tensor has the same one); the rest need contiguous tensors.
-enum class Layout { Contiguous, Dense };
+// In-place element-wise operations (all-reduce, broadcast, reduce) take any dense layout
+// (channels_last, say: every rank's tensor has the same one). The rest take any strided tensor:
+// a tensor that is not contiguous moves through a contiguous copy (inputOf, outputOf), in its
+// elements' logical order, as gloo's users expect. An output's elements must not overlap.
+enum class Layout { Dense, Input, Output };
 
-void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout = Layout::Contiguous) {
+void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout) {
   if (!t.defined()) fail(arg.str() + ": undefined tensor");
   if (!t.device().is_cpu())
     fail(arg.str() + ": a tensor on " + t.device().str() +
          "; the loom backend moves CPU tensors (register another backend for this device)");
   if (t.is_sparse()) fail(arg.str() + ": sparse tensors are not supported by the loom backend");
-  if (layout == Layout::Dense ? !t.is_non_overlapping_and_dense() : !t.is_contiguous())
-    fail(arg.str() + (layout == Layout::Dense ? ": the tensor is not dense (a strided view)"
-                                              : ": the tensor is not contiguous"));
+  if (layout == Layout::Dense && !t.is_non_overlapping_and_dense())
+    fail(arg.str() + ": the tensor is not dense (a strided view)");
+  if (layout == Layout::Output && !t.is_contiguous() &&
+      at::has_internal_overlap(t) != at::MemOverlap::No)
+    fail(arg.str() + ": the output's elements overlap (an expanded tensor)");
 }
 
-void checkList(const std::vector<at::Tensor>& ts, const char* arg,
-               Layout layout = Layout::Contiguous) {
+// What Loom reads of input t: t itself, or a contiguous copy.
+at::Tensor inputOf(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+// Where Loom writes output t: t itself, or a contiguous tensor copied into t once done
+// (copyBack).
+at::Tensor outputOf(const at::Tensor& t) {
+  return t.is_contiguous() ? t : at::empty(t.sizes(), t.options());
+}
+
+// The epilogue that copies the outputs Loom wrote elsewhere into the caller's (nullptr when
+// Loom wrote every one in place).
+std::function<void()> copyBack(const std::vector<at::Tensor>& user,
+                               const std::vector<at::Tensor>& written) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  for (size_t i = 0; i < user.size(); ++i)
+    if (!user[i].is_same(written[i])) pairs.emplace_back(user[i], written[i]);
+  if (pairs.empty()) return nullptr;
+  return [pairs]() mutable {
+    for (auto& p : pairs) p.first.copy_(p.second);
+  };
+}
+
+void checkList(const std::vector<at::Tensor>& ts, const char* arg, Layout layout) {
   if (ts.empty()) fail(std::string(arg) + ": empty tensor list");
   for (size_t i = 0; i < ts.size(); ++i) checkTensor(ts[i], ArgName(arg, i), layout);
 }
@@ -126,7 +152,8 @@ WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
     at::Tensor& t = tensors[0];
     const loomRedOp_t op = redOp(opts.reduceOp, t);
     return enqueue(c10d::OpType::ALLREDUCE, tensors, [&] {
-      check(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), reduceType(t), op, comm_, nullptr),
+      check(loomAllReduce(t.data_ptr(), t.data_ptr(), reduceCount(t), reduceType(t), op, comm_,
+                          nullptr),
             "loomAllReduce");
     });
   }
@@ -144,9 +171,7 @@ WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions
   // Each step is queued and waited for: the next one's sizes depend on it.
   auto step = [&](const std::function<void()>& issue) {
     issue();
-    uint64_t ticket = 0;
-    check(loomCommLastTicket(comm_, &ticket), "loomCommLastTicket");
-    const loomResult_t r = loomCommWaitTicket(comm_, ticket, -1);
+    const loomResult_t r = loomCommWaitTicket(comm_, queuedTicket(), groupWaitMs());
     if (r != loomSuccess)
       fail("rank " + std::to_string(getRank()) + ": sparse all-reduce failed: " +
            loomGetErrorString(r) + ": " + loomGetLastError(nullptr));
@@ -198,7 +223,7 @@ WorkPtr LoomBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
     grouped([&] {
       for (size_t i = 0; i < tensors.size(); ++i)
-        check(loomAllReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), tensors[i].numel(),
+        check(loomAllReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), reduceCount(tensors[i]),
                             reduceType(tensors[i]), ops[i], comm_, nullptr),
               "loomAllReduce");
     });
@@ -213,7 +238,7 @@ WorkPtr LoomBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::Reduce
   return enqueue(c10d::OpType::REDUCE, tensors, [&] {
     grouped([&] {
       for (size_t i = 0; i < tensors.size(); ++i)
-        check(loomReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), tensors[i].numel(),
+        check(loomReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), reduceCount(tensors[i]),
                          reduceType(tensors[i]), ops[i], root, comm_, nullptr),
               "loomReduce");
     });
@@ -222,30 +247,33 @@ WorkPtr LoomBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::Reduce
 
 WorkPtr LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                      const c10d::AllgatherOptions&) {
-  checkTensor(input, "input");
-  checkTensor(output, "output");
+  checkTensor(input, "input", Layout::Input);
+  checkTensor(output, "output", Layout::Output);
   checkSame(input, output, "output", input.numel() * getSize());
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output},
-                 [&] {
-                   check(loomAllGather(input.data_ptr(), output.data_ptr(), bytes(input), loomUint8,
-                                       comm_, nullptr),
-                         "loomAllGather");
-                 },
-                 nullptr, {input});
+  const at::Tensor in = inputOf(input), out = outputOf(output);
+  return enqueue(
+      c10d::OpType::_ALLGATHER_BASE, {output},
+      [&] {
+        check(loomAllGather(in.data_ptr(), out.data_ptr(), bytes(in), loomUint8, comm_, nullptr),
+              "loomAllGather");
+      },
+      copyBack({output}, {out}), {in, out});
 }
 
 WorkPtr LoomBackend::allgatherStaged(std::vector<at::Tensor>& inputs,
                                      const std::function<at::Tensor&(size_t, int)>& outputOf,
                                      c10d::OpType type) {
-  checkList(inputs, "input_tensors");
-  std::vector<at::Tensor> staged, flatOutputs, keep = inputs;
+  checkList(inputs, "input_tensors", Layout::Input);
+  std::vector<at::Tensor> ins, staged, flatOutputs;
+  for (const at::Tensor& t : inputs) ins.push_back(inputOf(t));
+  std::vector<at::Tensor> keep = ins;
   std::vector<std::vector<at::Tensor>> outs(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     for (int r = 0; r < getSize(); ++r) {
       at::Tensor& o = outputOf(i, r);
       const std::string arg =
           "output_tensors (input " + std::to_string(i) + ", rank " + std::to_string(r) + ")";
-      checkTensor(o, arg);
+      checkTensor(o, arg, Layout::Output);
       checkSame(inputs[i], o, arg, inputs[i].numel());
       outs[i].push_back(o);
       flatOutputs.push_back(o);
@@ -257,9 +285,9 @@ WorkPtr LoomBackend::allgatherStaged(std::vector<at::Tensor>& inputs,
       type, flatOutputs,
       [&] {
         grouped([&] {
-          for (size_t i = 0; i < inputs.size(); ++i)
-            check(loomAllGather(inputs[i].data_ptr(), staged[i].data_ptr(), bytes(inputs[i]),
-                                loomUint8, comm_, nullptr),
+          for (size_t i = 0; i < ins.size(); ++i)
+            check(loomAllGather(ins[i].data_ptr(), staged[i].data_ptr(), bytes(ins[i]), loomUint8,
+                                comm_, nullptr),
                   "loomAllGather");
         });
       },
@@ -303,29 +331,37 @@ WorkPtr LoomBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& o
 WorkPtr LoomBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions&) {
-  checkList(inputs, "inputs");
-  checkList(outputs, "outputs");
+  checkList(inputs, "inputs", Layout::Input);
+  checkList(outputs, "outputs", Layout::Output);
   if (outputs.size() != inputs.size()) fail("outputs: not one per input");
-  for (size_t i = 0; i < inputs.size(); ++i)
+  std::vector<at::Tensor> ins, outs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     checkSame(inputs[i], outputs[i], ArgName("outputs", i), inputs[i].numel() * getSize());
+    ins.push_back(inputOf(inputs[i]));
+    outs.push_back(outputOf(outputs[i]));
+  }
+  std::vector<at::Tensor> keep = ins;
+  keep.insert(keep.end(), outs.begin(), outs.end());
   return enqueue(
       c10d::OpType::COALESCED, outputs,
       [&] {
         grouped([&] {
-          for (size_t i = 0; i < inputs.size(); ++i)
-            check(loomAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytes(inputs[i]),
-                                loomUint8, comm_, nullptr),
+          for (size_t i = 0; i < ins.size(); ++i)
+            check(loomAllGather(ins[i].data_ptr(), outs[i].data_ptr(), bytes(ins[i]), loomUint8,
+                                comm_, nullptr),
                   "loomAllGather");
         });
       },
-      nullptr, inputs);
+      copyBack(outputs, outs), keep);
 }
 
 WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                             std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
-  checkList(inputs, "input_tensors");
+  checkList(inputs, "input_tensors", Layout::Input);
+  if (inputs.size() != 1)
+    fail("input_tensors: gather takes one input tensor, not " + std::to_string(inputs.size()));
   const int root = rootOf(opts.rootRank, getSize());
-  at::Tensor& in = inputs[0];
+  const at::Tensor in = inputOf(inputs[0]);
   if (getRank() != root) {
     return enqueue(
         c10d::OpType::GATHER, {},
@@ -337,8 +373,10 @@ WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
   }
   if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
     fail("output_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
-  for (size_t r = 0; r < outputs[0].size(); ++r)
+  for (size_t r = 0; r < outputs[0].size(); ++r) {
+    checkTensor(outputs[0][r], ArgName("output_tensors[0]", r), Layout::Output);
     checkSame(in, outputs[0][r], ArgName("output_tensors[0]", r), in.numel());
+  }
   at::Tensor staged = at::empty({in.numel() * getSize()}, in.options());
   return enqueue(
       c10d::OpType::GATHER, outputs[0],
@@ -353,15 +391,19 @@ WorkPtr LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
 WorkPtr LoomBackend::scatter(std::vector<at::Tensor>& outputs,
                              std::vector<std::vector<at::Tensor>>& inputs,
                              const c10d::ScatterOptions& opts) {
-  checkList(outputs, "output_tensors");
+  checkList(outputs, "output_tensors", Layout::Output);
+  if (outputs.size() != 1)
+    fail("output_tensors: scatter takes one output tensor, not " + std::to_string(outputs.size()));
   const int root = rootOf(opts.rootRank, getSize());
-  at::Tensor& out = outputs[0];
+  const at::Tensor out = outputOf(outputs[0]);
   at::Tensor send;
   if (getRank() == root) {
     if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(getSize()))
       fail("input_tensors: the root needs one list of " + std::to_string(getSize()) + " tensors");
-    for (size_t r = 0; r < inputs[0].size(); ++r)
+    for (size_t r = 0; r < inputs[0].size(); ++r) {
+      checkTensor(inputs[0][r], ArgName("input_tensors[0]", r), Layout::Input);
       checkSame(out, inputs[0][r], ArgName("input_tensors[0]", r), out.numel());
+    }
     send = flatten(inputs[0]);
   }
   return enqueue(
@@ -371,76 +413,88 @@ WorkPtr LoomBackend::scatter(std::vector<at::Tensor>& outputs,
                           loomUint8, root, comm_, nullptr),
               "loomScatter");
       },
-      nullptr, send.defined() ? std::vector<at::Tensor>{send} : std::vector<at::Tensor>{});
+      copyBack(outputs, {out}),
+      send.defined() ? std::vector<at::Tensor>{send, out} : std::vector<at::Tensor>{out});
 }
 
 WorkPtr LoomBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                           const c10d::ReduceScatterOptions& opts) {
-  checkTensor(input, "input");
-  checkTensor(output, "output");
+  checkTensor(input, "input", Layout::Input);
+  checkTensor(output, "output", Layout::Output);
   checkSame(output, input, "input", output.numel() * getSize());
   const loomRedOp_t op = redOp(opts.reduceOp, output);
+  const at::Tensor in = inputOf(input), out = outputOf(output);
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
                  [&] {
-                   check(loomReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
-                                           reduceType(output), op, comm_, nullptr),
+                   check(loomReduceScatter(in.data_ptr(), out.data_ptr(), reduceCount(out),
+                                           reduceType(out), op, comm_, nullptr),
                          "loomReduceScatter");
                  },
-                 nullptr, {input});
+                 copyBack({output}, {out}), {in, out});
 }
 
 WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                     std::vector<std::vector<at::Tensor>>& inputs,
                                     const c10d::ReduceScatterOptions& opts) {
-  checkList(outputs, "output_tensors");
+  checkList(outputs, "output_tensors", Layout::Output);
   if (inputs.size() != outputs.size()) fail("input_tensors: not one list per output");
-  std::vector<at::Tensor> flats;
+  std::vector<at::Tensor> flats, outs;
   std::vector<loomRedOp_t> ops;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (inputs[i].size() != static_cast<size_t>(getSize()))
       fail(nth("input_tensors", i) + ": " + std::to_string(inputs[i].size()) +
            " tensors for a group of " + std::to_string(getSize()));
-    for (size_t r = 0; r < inputs[i].size(); ++r)
-      checkSame(outputs[i], inputs[i][r], nth("input_tensors", i) + "[" + std::to_string(r) + "]",
-                outputs[i].numel());
+    for (size_t r = 0; r < inputs[i].size(); ++r) {
+      const std::string arg = nth("input_tensors", i) + "[" + std::to_string(r) + "]";
+      checkTensor(inputs[i][r], arg, Layout::Input);
+      checkSame(outputs[i], inputs[i][r], arg, outputs[i].numel());
+    }
     flats.push_back(flatten(inputs[i]));
+    outs.push_back(outputOf(outputs[i]));
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
   }
+  std::vector<at::Tensor> keep = flats;
+  keep.insert(keep.end(), outs.begin(), outs.end());
   return enqueue(
       c10d::OpType::REDUCE_SCATTER, outputs,
       [&] {
         grouped([&] {
-          for (size_t i = 0; i < outputs.size(); ++i)
-            check(loomReduceScatter(flats[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
-                                    reduceType(outputs[i]), ops[i], comm_, nullptr),
+          for (size_t i = 0; i < outs.size(); ++i)
+            check(loomReduceScatter(flats[i].data_ptr(), outs[i].data_ptr(), reduceCount(outs[i]),
+                                    reduceType(outs[i]), ops[i], comm_, nullptr),
                   "loomReduceScatter");
         });
       },
-      nullptr, flats);
+      copyBack(outputs, outs), keep);
 }
 
 WorkPtr LoomBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::ReduceScatterOptions& opts) {
-  checkList(outputs, "outputs");
-  checkList(inputs, "inputs");
+  checkList(outputs, "outputs", Layout::Output);
+  checkList(inputs, "inputs", Layout::Input);
   if (inputs.size() != outputs.size()) fail("inputs: not one per output");
   std::vector<loomRedOp_t> ops;
+  std::vector<at::Tensor> ins, outs;
   for (size_t i = 0; i < outputs.size(); ++i) {
     checkSame(outputs[i], inputs[i], ArgName("inputs", i), outputs[i].numel() * getSize());
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
+    ins.push_back(inputOf(inputs[i]));
+    outs.push_back(outputOf(outputs[i]));
   }
+  std::vector<at::Tensor> keep = ins;
+  keep.insert(keep.end(), outs.begin(), outs.end());
   return enqueue(
       c10d::OpType::COALESCED, outputs,
       [&] {
         grouped([&] {
-          for (size_t i = 0; i < outputs.size(); ++i)
-            check(loomReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
-                                    reduceType(outputs[i]), ops[i], comm_, nullptr),
+          for (size_t i = 0; i < outs.size(); ++i)
+            check(loomReduceScatter(ins[i].data_ptr(), outs[i].data_ptr(), reduceCount(outs[i]),
+                                    reduceType(outs[i]), ops[i], comm_, nullptr),
                   "loomReduceScatter");
         });
       },
-      nullptr, inputs);
+      copyBack(outputs, outs), keep);
 }
 
 namespace {
@@ -459,7 +513,12 @@ void blocksOf(const at::Tensor& t, const std::vector<int64_t>& splits, int n, co
     for (int j = 0; j < n; ++j) counts[j] = rowBytes * (rows / n);
   } else {
     int64_t sum = 0;
-    for (int64_t s : splits) sum += s;
+    for (size_t j = 0; j < splits.size(); ++j) {
+      if (splits[j] < 0)
+        fail(std::string(arg) + "_split_sizes[" + std::to_string(j) +
+             "]: " + std::to_string(splits[j]) + " is negative");
+      sum += splits[j];
+    }
     if (static_cast<int>(splits.size()) != n || sum != rows)
       fail(std::string(arg) + "_split_sizes: " + std::to_string(splits.size()) +
            " sizes summing to " + std::to_string(sum) + " for " + std::to_string(n) +
@@ -475,32 +534,33 @@ WorkPtr LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                    std::vector<int64_t>& outputSplits,
                                    std::vector<int64_t>& inputSplits,
                                    const c10d::AllToAllOptions&) {
-  checkTensor(input, "input");
-  checkTensor(output, "output");
+  checkTensor(input, "input", Layout::Input);
+  checkTensor(output, "output", Layout::Output);
   if (input.scalar_type() != output.scalar_type()) fail("output: not the input's dtype");
   const int n = getSize();
+  const at::Tensor in = inputOf(input), out = outputOf(output);
   if (outputSplits.empty() && inputSplits.empty()) {
     if (input.numel() != output.numel() || input.numel() % n)
       fail("output: " + std::to_string(output.numel()) + " elements for an input of " +
            std::to_string(input.numel()) + " in " + std::to_string(n) + " equal blocks");
     return enqueue(c10d::OpType::ALLTOALL_BASE, {output},
                    [&] {
-                     check(loomAllToAll(input.data_ptr(), output.data_ptr(), bytes(input) / n,
-                                        loomUint8, comm_, nullptr),
+                     check(loomAllToAll(in.data_ptr(), out.data_ptr(), bytes(in) / n, loomUint8,
+                                        comm_, nullptr),
                            "loomAllToAll");
                    },
-                   nullptr, {input});
+                   copyBack({output}, {out}), {in, out});
   }
   std::vector<size_t> sc, sd, rc, rd;
-  blocksOf(input, inputSplits, n, "input", sc, sd);
-  blocksOf(output, outputSplits, n, "output", rc, rd);
+  blocksOf(in, inputSplits, n, "input", sc, sd);
+  blocksOf(out, outputSplits, n, "output", rc, rd);
   return enqueue(c10d::OpType::ALLTOALL_BASE, {output},
                  [&] {
-                   check(loomAllToAllv(input.data_ptr(), sc.data(), sd.data(), output.data_ptr(),
+                   check(loomAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(),
                                        rc.data(), rd.data(), loomUint8, comm_, nullptr),
                          "loomAllToAllv");
                  },
-                 nullptr, {input});
+                 copyBack({output}, {out}), {in, out});
 }
 
 WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -509,8 +569,18 @@ WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::
   if (static_cast<int>(outputs.size()) != n || static_cast<int>(inputs.size()) != n)
     fail("output_tensor_list and input_tensor_list: one tensor per rank (" + std::to_string(n) +
          ")");
-  checkList(inputs, "input_tensor_list");
-  checkList(outputs, "output_tensor_list");
+  checkList(inputs, "input_tensor_list", Layout::Input);
+  checkList(outputs, "output_tensor_list", Layout::Output);
+  // Bytes move as the first input's dtype says: every tensor must share it.
+  const at::ScalarType dtype = inputs[0].scalar_type();
+  for (int j = 0; j < n; ++j) {
+    if (inputs[j].scalar_type() != dtype)
+      fail(nth("input_tensor_list", j) + ": " + c10::toString(inputs[j].scalar_type()) +
+           ", the first input is " + c10::toString(dtype));
+    if (outputs[j].scalar_type() != dtype)
+      fail(nth("output_tensor_list", j) + ": " + c10::toString(outputs[j].scalar_type()) +
+           ", the inputs are " + c10::toString(dtype));
+  }
   at::Tensor send = flatten(inputs);
   int64_t total = 0;
   std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
@@ -537,38 +607,46 @@ WorkPtr LoomBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::
 // Sends and receives are Loom's tagged messages: matched by tag (and from any rank for
 // recvAnysource), and a send does not wait for its receive to be posted, as gloo's users expect.
 WorkPtr LoomBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  checkList(tensors, "tensors", Layout::Dense);
+  checkList(tensors, "tensors", Layout::Input);
   if (dst < 0 || dst >= getSize())
     fail("dst: " + std::to_string(dst) + " is not a rank of this group");
-  return enqueue(c10d::OpType::SEND, tensors, [&] {
-    grouped([&] {
-      for (at::Tensor& t : tensors)
-        check(loomSendTagged(t.data_ptr(), bytes(t), loomUint8, dst, tag, comm_, nullptr),
-              "loomSendTagged");
-    });
-  });
+  // In the elements' logical order, whatever each side's layout.
+  std::vector<at::Tensor> ins;
+  for (const at::Tensor& t : tensors) ins.push_back(inputOf(t));
+  return enqueue(
+      c10d::OpType::SEND, tensors,
+      [&] {
+        grouped([&] {
+          for (const at::Tensor& t : ins)
+            check(loomSendTagged(t.data_ptr(), bytes(t), loomUint8, dst, tag, comm_, nullptr),
+                  "loomSendTagged");
+        });
+      },
+      nullptr, ins);
 }
 
 WorkPtr LoomBackend::receive(std::vector<at::Tensor>& tensors, int src, int tag) {
-  checkList(tensors, "tensors", Layout::Dense);
+  checkList(tensors, "tensors", Layout::Output);
   if (src == LOOM_ANY_SOURCE && tensors.size() != 1)
     fail("tensors: a receive from any rank takes one tensor, not " +
          std::to_string(tensors.size()));
   // The sender's rank, written by Loom when the receive ends; kept with the work.
   at::Tensor source = at::full({1}, -1, at::TensorOptions().dtype(at::kInt));
-  std::vector<at::Tensor> keep = tensors;
+  std::vector<at::Tensor> outs;
+  for (const at::Tensor& t : tensors) outs.push_back(outputOf(t));
+  std::vector<at::Tensor> keep = outs;
   keep.push_back(source);
   WorkPtr w = enqueue(
       src == LOOM_ANY_SOURCE ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensors,
       [&] {
         grouped([&] {
-          for (at::Tensor& t : tensors)
+          for (const at::Tensor& t : outs)
             check(loomRecvTagged(t.data_ptr(), bytes(t), loomUint8, src, tag,
                                  source.data_ptr<int>(), comm_, nullptr),
                   "loomRecvTagged");
         });
       },
-      nullptr, std::move(keep));
+      copyBack(tensors, outs), std::move(keep));
   static_cast<LoomWork*>(w.get())->setSource(source);
   return w;
 }

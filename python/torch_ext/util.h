@@ -21,14 +21,17 @@ inline void check(loomResult_t r, const char* call) {
 }
 
 // Loom's data type for reducing t; bool reduces as uint8 (LoomBackend::redOp maps its
-// operations).
+// operations), a complex tensor as its real and imaginary parts (sums only).
 inline loomDataType_t reduceType(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat:
+    case at::kComplexFloat:
       return loomFloat32;
     case at::kDouble:
+    case at::kComplexDouble:
       return loomFloat64;
     case at::kHalf:
+    case at::kComplexHalf:
       return loomFloat16;
     case at::kBFloat16:
       return loomBfloat16;
@@ -45,6 +48,11 @@ inline loomDataType_t reduceType(const at::Tensor& t) {
       fail(std::string("tensor: ") + c10::toString(t.scalar_type()) +
            " cannot be reduced by the loom backend");
   }
+}
+
+// How many elements of reduceType(t) t holds.
+inline size_t reduceCount(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * (t.is_complex() ? 2 : 1);
 }
 
 }  // namespace loom::torchext

@@ -6,6 +6,7 @@ check() returns {"checks": N, "failures": [...], "errors": {name: text}}: a fail
 wrong value; an error is a call that raised (gloo raises for what it does not offer; the
 test says which errors each backend may have)."""
 
+import time
 import warnings
 
 import torch
@@ -343,9 +344,59 @@ def check():
         c.expect("object collectives", torch.tensor(ok), True)
     c.run("object collectives", objects)
 
+    # Inputs and outputs that are views, not contiguous: the elements' logical order counts.
+    def strided_all_gather():
+        x = val(rank, 2 * N, torch.float32).view(2, N).t()  # N x 2, transposed
+        out = torch.zeros(2, world * N).t()
+        dist.all_gather_into_tensor(out, x)
+        c.expect("all_gather_into_tensor strided", out,
+                 torch.cat([val(r, 2 * N, torch.float32).view(2, N).t() for r in range(world)]))
+    c.run("strided all_gather_into_tensor", strided_all_gather)
+
+    def strided_reduce_scatter():
+        def x(r):
+            return val(r, 2 * world * N, torch.float32).view(2, world * N).t()
+        out = torch.zeros(2, N).t()
+        dist.reduce_scatter_tensor(out, x(rank))
+        c.expect("reduce_scatter_tensor strided", out,
+                 chunk(stack([x(r) for r in range(world)]).sum(0), rank, N))
+    c.run("strided reduce_scatter_tensor", strided_reduce_scatter)
+
+    def strided_all_to_all():
+        def x(r):
+            return val(r, 2 * world, torch.float32).view(2, world).t()
+        out = torch.zeros(2, world).t()
+        dist.all_to_all_single(out, x(rank))
+        c.expect("all_to_all_single strided", out, torch.stack([x(r)[rank] for r in range(world)]))
+    c.run("strided all_to_all_single", strided_all_to_all)
+
+    def complex_sums():  # complex tensors reduce as their real and imaginary parts
+        def z(r, n):
+            return torch.complex(val(r, n, torch.float32), val(r, n, torch.float32, 5))
+        out = torch.zeros(N, dtype=torch.complex64)
+        dist.reduce_scatter_tensor(out, z(rank, world * N))
+        c.expect("reduce_scatter_tensor complex64", torch.view_as_real(out),
+                 torch.view_as_real(chunk(sum(z(r, world * N) for r in range(world)), rank, N)))
+        t = z(rank, N).to(torch.complex128)
+        dist.reduce(t, dst=0)
+        if rank == 0:
+            c.expect("reduce complex128", torch.view_as_real(t),
+                     torch.view_as_real(sum(z(r, N) for r in range(world)).to(torch.complex128)))
+    c.run("complex sums", complex_sums)
+
+    def dropped_works():  # an async call whose Work the caller drops at once: outputs still arrive
+        outs = [torch.zeros(BIG, dtype=torch.float32) for _ in range(world)]
+        dist.all_gather(outs, val(rank, BIG, torch.float32, 2), async_op=True)
+        dist.barrier()  # ends after the all-gather
+        c.expect("dropped all_gather", torch.cat(outs), torch.cat(every(BIG, torch.float32, 2)))
+    c.run("dropped works", dropped_works)
+
     c.run("barrier", lambda: dist.barrier())
     if dist.get_backend() == "loom":
         c.run("all_reduce on loom.mem_alloc memory", lambda: mem_alloc(c, rank, world))
+        c.run("dropped irecv and isend", lambda: dropped_p2p(c, rank, world))
+        c.run("mixed layouts", lambda: mixed_layouts(c, rank, world))
+        c.run("argument errors", lambda: argument_errors(c, rank, world))
     groups(c, rank, world)
     return {"checks": c.checks, "failures": c.failures, "errors": c.errors}
 
@@ -401,6 +452,69 @@ def groups(c, rank, world):
         c.expect("split_group all_reduce", t, stack(val(r, N, torch.float32) for r in mine).sum(0))
     c.run("split_group", split)
     dist.barrier()
+
+
+def dropped_p2p(c, rank, world):
+    """loom only (gloo ends the connection when a pending send's Work goes): an irecv and an
+    isend of a temporary tensor, both handles dropped at once, still deliver."""
+    got = torch.zeros(BIG, dtype=torch.float32)
+    dist.irecv(got, src=(rank - 1) % world)
+    dist.isend(val(rank, BIG, torch.float32, 3), dst=(rank + 1) % world)
+    want = val((rank - 1) % world, BIG, torch.float32, 3)
+    deadline = time.monotonic() + 20
+    while not torch.equal(got, want) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    c.expect("dropped irecv and isend", got, want)
+    dist.barrier()
+
+
+def mixed_layouts(c, rank, world):
+    """loom only (gloo takes contiguous tensors alone): a send of a transposed view to a
+    contiguous receive, and the reverse, deliver the elements in logical order."""
+    nxt, prev = (rank + 1) % world, (rank - 1) % world
+    m = val(rank, 12, torch.float32).view(3, 4)
+    got = torch.zeros(4, 3)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, m.t(), nxt),
+                                   dist.P2POp(dist.irecv, got, prev)])
+    for q in reqs:
+        q.wait()
+    c.expect("send transposed, receive contiguous", got, val(prev, 12, torch.float32).view(3, 4).t())
+    into = torch.zeros(3, 4)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, m.t().contiguous(), nxt),
+                                   dist.P2POp(dist.irecv, into.t(), prev)])
+    for q in reqs:
+        q.wait()
+    c.expect("send contiguous, receive transposed", into.t(),
+             val(prev, 12, torch.float32).view(3, 4).t())
+
+
+def argument_errors(c, rank, world):
+    """loom only: calls that every rank gets wrong alike are refused at once, the argument
+    named, and the group still works after them."""
+    def refused(what, fn, text):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  the message is what is checked
+            c.expect("%s refused naming %r (%s)" % (what, text, e), torch.tensor(text in str(e)),
+                     True)
+            return
+        c.expect(what + " refused", torch.tensor(False), True)
+
+    splits = [world] + [-1] * (world - 1)  # summing to the tensors' one row
+    refused("all_to_all_single with a negative split",
+            lambda: dist.all_to_all_single(torch.zeros(1), torch.zeros(1), splits, splits),
+            "split_sizes[1]")
+    refused("max of complex64",
+            lambda: dist.reduce_scatter_tensor(torch.zeros(1, dtype=torch.complex64),
+                                               torch.ones(world, dtype=torch.complex64),
+                                               op=dist.ReduceOp.MAX), "complex tensors reduce by")
+    premul = dist._make_nccl_premul_sum(2.0)
+    refused("premul_sum of int64", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64),
+                                                           op=premul), "PREMUL_SUM")
+    t = val(rank, N, torch.float32)
+    dist.all_reduce(t)
+    c.expect("all_reduce after refused calls", t,
+             stack([val(r, N, torch.float32) for r in range(world)]).sum(0))
 
 
 def mem_alloc(c, rank, world):
