@@ -35,6 +35,11 @@ LoomWork::LoomWork(LoomBackend* backend, c10d::OpType type, std::vector<at::Tens
 LoomWork::~LoomWork() = default;
 
 std::exception_ptr LoomWork::complete(loomResult_t r, const std::string& message) {
+  std::exception_ptr memberError;
+  for (const auto& m : members_) {
+    const std::exception_ptr e = m->complete(r, message);
+    if (e && !memberError) memberError = e;
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (completed_) return exception_;
   if (r == loomSuccess) {
@@ -43,6 +48,7 @@ std::exception_ptr LoomWork::complete(loomResult_t r, const std::string& message
     } catch (...) {
       exception_ = std::current_exception();
     }
+    if (!exception_) exception_ = memberError;
   } else {
     exception_ = backendError(backend_->describe(r, message, *this));
   }
@@ -224,7 +230,14 @@ void LoomBackend::shutdown() {
 void LoomBackend::abort() {
   std::lock_guard<std::mutex> life(life_);
   if (comm_.load() != nullptr) {
-    sweep();                            // works whose operations finished keep their results
+    {  // works whose operations finished keep their results (futures' included)
+      std::vector<c10::intrusive_ptr<LoomWork>> held;
+      {
+        std::lock_guard<std::mutex> lock(im_);
+        held.assign(inflight_.begin(), inflight_.end());
+      }
+      for (const auto& w : held) (void)w->isCompleted();
+    }
     (void)loomCommAbort(comm_.load());  // drops the queue, ends the running operation
     settleAll(true);
     stopCompletion();
@@ -464,16 +477,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
     w->setTicket(ticket, seq);
     for (const at::Tensor& t : w->result()) outputs.push_back(t);
   }
-  // The block's own work completes the others' epilogues too.
-  auto all = c10::make_intrusive<LoomWork>(
-      this, c10d::OpType::COALESCED, std::move(outputs),
-      [works] {
-        for (const auto& w : works) {
-          const std::exception_ptr e = w->complete(loomSuccess, "");
-          if (e) std::rethrow_exception(e);
-        }
-      },
-      std::vector<at::Tensor>{});
+  // The block's own work settles the others with its result (their copy-outs, their futures).
+  auto all = c10::make_intrusive<LoomWork>(this, c10d::OpType::COALESCED, std::move(outputs),
+                                           nullptr, std::vector<at::Tensor>{});
+  all->setMembers(std::move(works));
   all->setTicket(ticket, seq);
   track(all);
   return all;

@@ -63,6 +63,11 @@ class LoomWork : public c10d::Work {
     seq_ = seq;
   }
   uint64_t ticket() const { return ticket_; }
+  // A coalescing block's work: it completes the block's members with its own result (set
+  // before the work is returned; read-only after).
+  void setMembers(std::vector<c10::intrusive_ptr<LoomWork>> members) {
+    members_ = std::move(members);
+  }
   // Completed (successfully or not), without asking Loom.
   bool settled() const;
   // Has a future: only the completion thread, wait() and isCompleted() complete it then, so
@@ -82,6 +87,7 @@ class LoomWork : public c10d::Work {
   std::function<void()> epilogue_;
   std::vector<at::Tensor> keep_;  // inputs and staging tensors the operation reads or writes
   at::Tensor source_;
+  std::vector<c10::intrusive_ptr<LoomWork>> members_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
