@@ -57,8 +57,6 @@ std::exception_ptr LoomWork::complete(loomResult_t r, const std::string& message
   // this work for its state.
   std::function<void()> epilogue = std::move(epilogue_);
   std::vector<at::Tensor> keep = std::move(keep_);
-  epilogue_ = nullptr;
-  keep_.clear();
   auto future = future_;
   auto e = exception_;
   lock.unlock();
@@ -80,7 +78,7 @@ bool LoomWork::isCompleted() {
   if (ticket_ == 0) return false;
   const loomResult_t r = loomCommWaitTicket(backend_->comm(), ticket_, 0);
   if (r == loomInProgress) return false;
-  complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+  completeFrom(r);
   return true;
 }
 
@@ -125,7 +123,7 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
                                         std::to_string(seq_) + " did not finish: timeout after " +
                                         std::to_string(ms) +
                                         " ms (a peer is late, stalled or dead)"));
-  const std::exception_ptr e = complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+  const std::exception_ptr e = completeFrom(r);
   if (e) std::rethrow_exception(e);
   backend_->sweep();  // works before this one have finished too (but receives)
   return true;
@@ -309,7 +307,7 @@ void LoomBackend::settleAll(bool aborted) {
                   "the process group was shut down, and the operation did not "
                   "finish within the timeout");
     else
-      w->complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+      w->completeFrom(r);
   }
 }
 
@@ -347,14 +345,6 @@ void LoomBackend::completeInBackground(c10::intrusive_ptr<LoomWork> work) {
   ccv_.notify_all();
 }
 
-namespace {
-
-void completeFrom(LoomWork& w, loomResult_t r) {
-  w.complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
-}
-
-}  // namespace
-
 void LoomBackend::completionLoop(loomComm_t comm) {
   for (;;) {
     // Declared before the lock, so that works are freed after it (see sweep).
@@ -383,7 +373,7 @@ void LoomBackend::completionLoop(loomComm_t comm) {
     // polled. The slices let shutdown end this thread.
     const loomResult_t r = loomCommWaitTicket(comm, w->ticket(), w->isReceive() ? 2 : 200);
     if (r != loomInProgress) {
-      completeFrom(*w, r);
+      w->completeFrom(r);
       continue;
     }
     std::vector<c10::intrusive_ptr<LoomWork>> rest;
@@ -397,7 +387,7 @@ void LoomBackend::completionLoop(loomComm_t comm) {
     }
     for (const auto& x : rest) {
       const loomResult_t rx = loomCommWaitTicket(comm, x->ticket(), 0);
-      if (rx != loomInProgress) completeFrom(*x, rx);
+      if (rx != loomInProgress) x->completeFrom(rx);
     }
   }
 }

@@ -78,6 +78,11 @@ class LoomWork : public c10d::Work {
   // Records the operation's result (once): runs the epilogue on success and completes the
   // future. Returns the exception, if any.
   std::exception_ptr complete(loomResult_t r, const std::string& message);
+  // complete() with Loom's result r as a Loom call on this thread returned it (its message is
+  // this thread's last error).
+  std::exception_ptr completeFrom(loomResult_t r) {
+    return complete(r, r == loomSuccess ? "" : loomGetLastError(nullptr));
+  }
 
  private:
   LoomBackend* backend_;

@@ -76,6 +76,12 @@ std::function<void()> copyBack(const std::vector<at::Tensor>& user,
   };
 }
 
+// a's tensors, then b's (what an operation keeps: its inputs, then where it writes).
+std::vector<at::Tensor> joined(std::vector<at::Tensor> a, const std::vector<at::Tensor>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 void checkList(const std::vector<at::Tensor>& ts, const char* arg, Layout layout) {
   if (ts.empty()) fail(std::string(arg) + ": empty tensor list");
   for (size_t i = 0; i < ts.size(); ++i) checkTensor(ts[i], ArgName(arg, i), layout);
@@ -340,8 +346,7 @@ WorkPtr LoomBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& ou
     ins.push_back(inputOf(inputs[i]));
     outs.push_back(outputOf(outputs[i]));
   }
-  std::vector<at::Tensor> keep = ins;
-  keep.insert(keep.end(), outs.begin(), outs.end());
+  const std::vector<at::Tensor> keep = joined(ins, outs);
   return enqueue(
       c10d::OpType::COALESCED, outputs,
       [&] {
@@ -453,8 +458,7 @@ WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
     outs.push_back(outputOf(outputs[i]));
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
   }
-  std::vector<at::Tensor> keep = flats;
-  keep.insert(keep.end(), outs.begin(), outs.end());
+  const std::vector<at::Tensor> keep = joined(flats, outs);
   return enqueue(
       c10d::OpType::REDUCE_SCATTER, outputs,
       [&] {
@@ -482,8 +486,7 @@ WorkPtr LoomBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& ou
     ins.push_back(inputOf(inputs[i]));
     outs.push_back(outputOf(outputs[i]));
   }
-  std::vector<at::Tensor> keep = ins;
-  keep.insert(keep.end(), outs.begin(), outs.end());
+  const std::vector<at::Tensor> keep = joined(ins, outs);
   return enqueue(
       c10d::OpType::COALESCED, outputs,
       [&] {
