@@ -82,7 +82,14 @@ typedef enum {
   loomMin = 3,
   loomAvg = 4,
   loomNumOps = 5,
-  /// Operations made by loomRedOpCreatePreMulSum take values from here up.
+  /// Operations made by loomRedOpCreatePreMulSum take values from loomNumOps up (below
+  /// loomBand), as NCCL's do.
+  /// Bitwise and, or and exclusive or of the integer types (as MPI_BAND, MPI_BOR, MPI_BXOR and
+  /// torch's ReduceOp.BAND, BOR, BXOR): Loom's own operations, which NCCL does not have, so
+  /// their values lie above every PreMulSum operation's. Any other type is refused.
+  loomBand = 0x40000000,
+  loomBor = 0x40000001,
+  loomBxor = 0x40000002,
   loomMaxRedOp = 0x7fffffff,
   loomRedOpIntMin_ = -2147483647 - 1 /* not an op: see loomDataTypeIntMin_ */
 } loomRedOp_t;

@@ -17,10 +17,14 @@ class ReduceOp(enum.IntEnum):
     MAX = 2
     MIN = 3
     AVG = 4
+    BAND = 0x40000000
+    BOR = 0x40000001
+    BXOR = 0x40000002
 
 
 _OP_NAMES = {"sum": ReduceOp.SUM, "prod": ReduceOp.PROD, "product": ReduceOp.PROD,
-             "max": ReduceOp.MAX, "min": ReduceOp.MIN, "avg": ReduceOp.AVG, "mean": ReduceOp.AVG}
+             "max": ReduceOp.MAX, "min": ReduceOp.MIN, "avg": ReduceOp.AVG, "mean": ReduceOp.AVG,
+             "band": ReduceOp.BAND, "bor": ReduceOp.BOR, "bxor": ReduceOp.BXOR}
 
 
 def _op(op):

@@ -524,9 +524,20 @@ loomRedOp_t LoomBackend::redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
       premul_[key] = made;
       return made;
     }
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR: {
+      static const char* const kNames[] = {"BAND", "BOR", "BXOR"};
+      const int i = op.op_ == c10d::ReduceOp::BAND ? 0 : op.op_ == c10d::ReduceOp::BOR ? 1 : 2;
+      if (!at::isIntegralType(t.scalar_type(), /*includeBool=*/true))
+        fail(std::string("op: ") + kNames[i] + " of " + c10::toString(t.scalar_type()) +
+             " tensors (bitwise operations take integer and bool tensors)");
+      const loomRedOp_t ops[] = {loomBand, loomBor, loomBxor};
+      return ops[i];
+    }
     default:
       fail("op: " + std::to_string(static_cast<int>(op.op_)) +
-           " (bitwise operations) is not supported by the loom backend");
+           " is not supported by the loom backend");
   }
 }
 

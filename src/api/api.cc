@@ -59,8 +59,17 @@ inline Status checkType(loomDataType_t dt) {
   return badType(dt);
 }
 
+// Also passes PreMulSum operations and the bitwise ones, out of checkOp's line.
 [[gnu::cold, gnu::noinline]] Status badOp(Comm& comm, loomRedOp_t op, loomDataType_t dt) {
   const int v = static_cast<int>(op);
+  if (kernels::isBitwiseOp(v)) {
+    if (kernels::isIntegerType(dt)) return Status::ok();
+    static const char* const kNames[] = {"loomBand", "loomBor", "loomBxor"};
+    return LOOM_ERROR(loomInvalidArgument, std::string("op: ") + kNames[v - loomBand] +
+                                               " applies to the integer types only (loomInt8 to "
+                                               "loomUint64), not datatype " +
+                                               str(static_cast<int>(dt)));
+  }
   const size_t idx = static_cast<size_t>(v) - loomNumOps;
   if (v < 0 || idx >= comm.userOps().size() || !comm.userOps()[idx])
     return LOOM_ERROR(loomInvalidArgument, "op: unknown reduction operation " + str(v));
@@ -724,6 +733,8 @@ loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataTyp
     auto& ops = c->userOps();
     size_t idx = 0;
     while (idx < ops.size() && ops[idx]) ++idx;
+    if (idx >= static_cast<size_t>(loomBand - loomNumOps))
+      return LOOM_ERROR(loomInvalidUsage, "op: too many live PreMulSum operations");
     if (idx == ops.size()) ops.emplace_back();
     ops[idx] =
         std::make_unique<loom::kernels::Reducer>(loom::kernels::makePreMulSum(datatype, scalar));

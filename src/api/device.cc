@@ -331,8 +331,10 @@ Status enqueue(Comm& comm, api::CallList calls) {
   LOOM_CHECK(ipcError(comm, st));
   LOOM_CHECK(api::refuseIfFailed(comm));
   const Call& c = calls[0];
+  // cuda_ipc's kernels have no bitwise operations: those calls are staged (reduced on the host).
   if (calls.size() == 1 && c.kind == Call::Collective && c.coll == algo::Coll::AllReduce &&
-      comm.nranks() > 1 && isDevicePointer(c.sendbuff) && isDevicePointer(c.recvbuff)) {
+      comm.nranks() > 1 && !kernels::isBitwiseOp(c.op) && isDevicePointer(c.sendbuff) &&
+      isDevicePointer(c.recvbuff)) {
     if (!st.ipcTried) {
       // Setting up allocates and opens peers' memory, which a graph capture forbids.
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -303,7 +303,7 @@ Status runCollective(Comm& comm, const Call& c) {
   op.recvbuff = c.recvbuff;
   op.elemSize = kernels::typeSize(c.dtype);
   Comm::LastPlan& plan = comm.lastPlan();
-  const bool builtIn = reduces(c.coll) && static_cast<int>(c.op) < loomNumOps;
+  const bool builtIn = reduces(c.coll) && kernels::isBuiltInOp(static_cast<int>(c.op));
   if (builtIn && plan.reducerDtype == static_cast<int>(c.dtype) &&
       plan.reducerOp == static_cast<int>(c.op)) {
     op.reducer = plan.reducer;
@@ -491,7 +491,7 @@ Status refuseIfFailed(const Comm& comm) {
 
 Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c) {
   if (!reduces(c.coll)) return kernels::Reducer{};
-  if (static_cast<int>(c.op) < loomNumOps)
+  if (kernels::isBuiltInOp(static_cast<int>(c.op)))
     return kernels::makeReducer(c.dtype, c.op, comm.nranks());
   if (c.ownReducer) return c.reducer;
   size_t idx = static_cast<size_t>(c.op) - loomNumOps;
@@ -562,7 +562,7 @@ Status runOne(Comm& comm, const Call& c) {
 
 Status submit(Call& call, Comm* comm) {
   call.tag = comm->takeNextTag();
-  if (call.kind == Call::Collective && static_cast<int>(call.op) >= loomNumOps &&
+  if (call.kind == Call::Collective && !kernels::isBuiltInOp(static_cast<int>(call.op)) &&
       reduces(call.coll)) {
     LOOM_ASSIGN(call.reducer, reducerFor(*comm, call));
     call.ownReducer = true;

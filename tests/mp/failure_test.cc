@@ -286,6 +286,19 @@ int badCollectiveArgs(RankContext& ctx) {
   EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, kBadOp, comm, nullptr), "op");
   EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, kNegOp, comm, nullptr), "op");
   EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, loomNumOps, comm, nullptr), "op");
+  // The bitwise operations take integer types only; the values just past them are no op.
+  EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, loomBand, comm, nullptr), "op");
+  EXPECT_BAD(c, loomAllReduce(send, recv, 2, loomFloat64, loomBxor, comm, nullptr), "op");
+  EXPECT_BAD(c, loomReduce(send, recv, 8, loomBfloat16, loomBor, 0, comm, nullptr), "op");
+  EXPECT_BAD(c,
+             loomAllReduce(send, recv, 4, loomInt32, static_cast<loomRedOp_t>(loomBand - 1), comm,
+                           nullptr),
+             "op");
+  EXPECT_BAD(c,
+             loomAllReduce(send, recv, 4, loomInt32, static_cast<loomRedOp_t>(loomBxor + 1), comm,
+                           nullptr),
+             "op");
+  EXPECT_BAD(c, loomRedOpDestroy(loomBand, comm), "op");
   EXPECT_BAD(c, loomAllReduce(send, recv, kHuge, loomFloat32, loomSum, comm, nullptr), "count");
   c.comm = nullptr;
   EXPECT_BAD(c, loomAllReduce(send, recv, 4, loomFloat32, loomSum, nullptr, nullptr), "comm");

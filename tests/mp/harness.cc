@@ -411,6 +411,8 @@ const char* typeName(loomDataType_t t) {
 
 const char* opName(int op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+  static const char* const kBitwise[] = {"band", "bor", "bxor"};
+  if (op >= loomBand && op <= loomBxor) return kBitwise[op - loomBand];
   return op >= 0 && op <= kPreMulSum ? kNames[op] : "?";
 }
 
@@ -449,7 +451,8 @@ constexpr size_t kSmallCounts[] = {0, 1, 7, 1023};
 
 Pattern patternFor(int op) {
   if (op == loomProd) return Pattern::kProd;
-  return op == loomMax || op == loomMin ? Pattern::kMinMax : Pattern::kSmall;
+  const bool bitwise = op >= loomBand && op <= loomBxor;  // every bit pattern, as min and max
+  return op == loomMax || op == loomMin || bitwise ? Pattern::kMinMax : Pattern::kSmall;
 }
 
 bool isReduction(Coll c) {
@@ -498,6 +501,21 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
         if (full || (t == loomInt8 && count == 7))
           l.add(Coll::kAllReduce, t, op, count, ++k % 2 == 0, 0, Pattern::kWrap);
   }
+  // The bitwise operations on the integer types.
+  for (loomDataType_t t : kAllTypes) {
+    if (isFloat(t)) continue;
+    for (int op :
+         {static_cast<int>(loomBand), static_cast<int>(loomBor), static_cast<int>(loomBxor)})
+      for (size_t count : {size_t{7}, size_t{1023}})
+        if (full || (count == 7 && (op + static_cast<int>(t)) % 3 == 0))
+          l.add(Coll::kAllReduce, t, op, count, ++k % 2 == 0);
+  }
+  for (int op :
+       {static_cast<int>(loomBand), static_cast<int>(loomBor), static_cast<int>(loomBxor)}) {
+    ++k;
+    l.add(Coll::kReduce, loomUint8, op, 1023, k % 2 == 0, (k / 2) % n);
+    l.add(Coll::kReduceScatter, loomInt32, op, 7, ++k % 2 == 0);
+  }
   l.add(Coll::kAllReduce, loomFloat32, loomSum, kLargeCount, false);
   if (full) l.add(Coll::kAllReduce, loomFloat16, loomSum, kLargeCount, true);
   if (full && big) {
@@ -506,6 +524,7 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
     l.add(Coll::kAllReduce, loomFloat8e4m3, kPreMulSum, kLargeCount, false);
     l.add(Coll::kAllReduce, loomInt64, loomMax, kLargeCount, true);
     l.add(Coll::kAllReduce, loomFloat64, loomProd, kLargeCount, false);
+    l.add(Coll::kAllReduce, loomUint32, loomBxor, kLargeCount, true);
   }
   // Reduce and ReduceScatter: every op on several types, in place and not.
   for (Coll coll : {Coll::kReduce, Coll::kReduceScatter})
@@ -672,6 +691,15 @@ struct Gen {
           break;
         case loomMin:
           if (!gt) acc = v;
+          break;
+        case loomBand:
+          acc.u &= v.u;
+          break;
+        case loomBor:
+          acc.u |= v.u;
+          break;
+        case loomBxor:
+          acc.u ^= v.u;
           break;
       }
       acc.u = normalize(acc.u, t);

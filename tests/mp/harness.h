@@ -142,7 +142,8 @@ enum class Coll {
   kBarrier
 };
 
-// loomSum..loomAvg, or kPreMulSum for an op made by loomRedOpCreatePreMulSum.
+// loomSum..loomAvg, kPreMulSum for an op made by loomRedOpCreatePreMulSum, or loomBand,
+// loomBor, loomBxor (integer types only).
 constexpr int kPreMulSum = 5;
 constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
 

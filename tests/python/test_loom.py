@@ -24,6 +24,11 @@ except ImportError:
 SIGNED = "bilqfd"
 RANKS = (2, 3)
 OPS = ("sum", "prod", "max", "min", "avg")
+BITWISE = ("band", "bor", "bxor")  # integer types only
+
+
+def ops_of(typecode):
+    return OPS + (BITWISE if typecode in "bBiIqQ" else ())
 
 
 def value(rank, i, typecode):
@@ -48,6 +53,11 @@ def reduce_ref(op, values, floating, scale=1):
         return max(vals)
     if op == "min":
         return min(vals)
+    if op in BITWISE:  # Python's ints act as two's complement of any width
+        acc = vals[0]
+        for v in vals[1:]:
+            acc = acc & v if op == "band" else acc | v if op == "bor" else acc ^ v
+        return acc
     total = sum(vals)
     if op == "avg":
         return total / len(vals) if floating else int(total / len(vals))
@@ -63,7 +73,7 @@ def close(got, want):
 def body_all_reduce(comm, rank, n, count):
     out = {}
     for tc in "bBiIqQfd":
-        for k, op in enumerate(OPS):
+        for k, op in enumerate(ops_of(tc)):
             send = inputs(rank, count, tc)
             if k % 2:  # in place
                 comm.all_reduce(send, op=op)
@@ -269,7 +279,7 @@ class Collectives(unittest.TestCase):
         for n in RANKS:
             results = run_ranks(n, body_all_reduce, count)
             for tc in "bBiIqQfd":
-                for op in OPS:
+                for op in ops_of(tc):
                     want = [reduce_ref(op, [value(r, i, tc) for r in range(n)], tc in "fd")
                             for i in range(count)]
                     for rank in range(n):

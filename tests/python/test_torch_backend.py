@@ -15,6 +15,9 @@ real processes (one per rank, file:// rendezvous in a temporary folder, every wa
   (1e-5), and loom must match gloo: bitwise on 2 ranks (one addition per element: the same
   in any order and in any accumulation precision), within TOL on 4 (ring against whatever
   loom picks: the order of the sums differs).
+- Mismatch (2 ranks): ranks that call different collectives, sizes or dtypes at once raise
+  torch's "Detected mismatch" on every rank under TORCH_DISTRIBUTED_DEBUG=DETAIL, on loom
+  as on gloo, and the group works after.
 - Straggler (loom, 3 ranks): loom-trace over LOOM_TRACE_DIR names the rank that sleeps in
   its data loader, and lists the operations it was last in by torch's sequence numbers.
 - Kill (3 ranks): a rank SIGKILLs itself mid-training; every other rank's wait() raises
@@ -106,6 +109,30 @@ class Collectives(unittest.TestCase):
     @needs_loom
     def test_loom(self):
         self.check("loom")
+
+
+class Mismatch(unittest.TestCase):
+    """Ranks that make different calls at once (kinds, sizes, dtypes): with
+    TORCH_DISTRIBUTED_DEBUG=DETAIL torch checks every call's fingerprint before the backend
+    sees it, on loom as on gloo; every rank raises, and the group still works after."""
+
+    def mismatch(self, backend):
+        out = L.launch(backend, "mismatch", 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+        for r, res in enumerate(out):
+            for what, text in sorted(res["raised"].items()):
+                self.assertIsNotNone(text, "%s rank %d: %s did not raise" % (backend, r, what))
+                self.assertIn("Detected mismatch between collectives", text,
+                              "%s rank %d: %s" % (backend, r, what))
+            self.assertEqual(len(res["raised"]), 3, res)
+            self.assertTrue(res["after"], "%s rank %d: the matching all_reduce" % (backend, r))
+
+    @needs_torch
+    def test_gloo(self):
+        self.mismatch("gloo")
+
+    @needs_loom
+    def test_loom(self):
+        self.mismatch("loom")
 
 
 class Training(unittest.TestCase):

@@ -384,6 +384,33 @@ def check():
                      torch.view_as_real(sum(z(r, N) for r in range(world)).to(torch.complex128)))
     c.run("complex sums", complex_sums)
 
+    def bitwise():  # BAND, BOR, BXOR on integer and bool tensors, every bit pattern
+        def bits(r, n, dt):
+            x = (torch.arange(n, dtype=torch.int64) * 37 + r * 101 + 13) % 251
+            if dt == torch.bool:
+                return x % 3 == 0
+            width = torch.iinfo(dt).bits
+            return (x * sum(1 << (8 * k) for k in range(width // 8))).to(dt)  # wraps: any bits
+
+        fns = {"band": (dist.ReduceOp.BAND, torch.bitwise_and),
+               "bor": (dist.ReduceOp.BOR, torch.bitwise_or),
+               "bxor": (dist.ReduceOp.BXOR, torch.bitwise_xor)}
+        for dt in INTS + (torch.bool,):
+            for op, (red, fn) in fns.items():
+                t = bits(rank, N, dt)
+                dist.all_reduce(t, op=red)
+                want = bits(0, N, dt)
+                for r in range(1, world):
+                    want = fn(want, bits(r, N, dt))
+                c.expect("all_reduce %s %s" % (op, name(dt)), t, want)
+        out = torch.zeros(N, dtype=torch.int32)
+        dist.reduce_scatter_tensor(out, bits(rank, world * N, torch.int32), op=dist.ReduceOp.BXOR)
+        want = bits(0, world * N, torch.int32)
+        for r in range(1, world):
+            want = want ^ bits(r, world * N, torch.int32)
+        c.expect("reduce_scatter_tensor bxor int32", out, chunk(want, rank, N))
+    c.run("bitwise", bitwise)
+
     def dropped_works():  # an async call whose Work the caller drops at once: outputs still arrive
         outs = [torch.zeros(BIG, dtype=torch.float32) for _ in range(world)]
         dist.all_gather(outs, val(rank, BIG, torch.float32, 2), async_op=True)
@@ -399,6 +426,31 @@ def check():
         c.run("argument errors", lambda: argument_errors(c, rank, world))
     groups(c, rank, world)
     return {"checks": c.checks, "failures": c.failures, "errors": c.errors}
+
+
+def mismatches():
+    """Calls that differ across ranks, under TORCH_DISTRIBUTED_DEBUG=DETAIL (torch's collective
+    fingerprints, checked over a gloo side group before each call): what each raised, then a
+    matching all-reduce's result."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    raised = {}
+
+    def attempt(what, fn):
+        try:
+            fn()
+            raised[what] = None
+        except Exception as e:  # noqa: BLE001  the message is what is checked
+            raised[what] = ("%s: %s" % (type(e).__name__, e))[:300]
+
+    t = val(rank, N, torch.float32)
+    attempt("all_reduce against broadcast",
+            lambda: dist.all_reduce(t) if rank == 0 else dist.broadcast(t, 0))
+    attempt("sizes", lambda: dist.all_reduce(val(rank, N + rank, torch.float32)))
+    attempt("dtypes", lambda: dist.all_reduce(val(rank, N, torch.float32 if rank else torch.int32)))
+    t = val(rank, N, torch.float32)
+    dist.all_reduce(t)
+    want = stack([val(r, N, torch.float32) for r in range(world)]).sum(0)
+    return {"raised": raised, "after": bool(torch.equal(t.double(), want))}
 
 
 def groups(c, rank, world):
@@ -511,6 +563,8 @@ def argument_errors(c, rank, world):
     premul = dist._make_nccl_premul_sum(2.0)
     refused("premul_sum of int64", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64),
                                                            op=premul), "PREMUL_SUM")
+    refused("band of float32", lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),
+            "BAND of Float")
     t = val(rank, N, torch.float32)
     dist.all_reduce(t)
     c.expect("all_reduce after refused calls", t,

@@ -51,6 +51,9 @@ def main():
     if mode == "colls":
         import torch_colls
         result = torch_colls.check()
+    elif mode == "mismatch":
+        import torch_colls
+        result = torch_colls.mismatches()
     elif mode == "train":
         import torch_shard
         import torch_train

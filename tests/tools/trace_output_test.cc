@@ -8,6 +8,7 @@
 
 #include "analysis.h"
 #include "dump.h"
+#include "loom/loom.h"
 #include "report.h"
 #include "synthetic_dumps.h"
 
@@ -49,6 +50,19 @@ std::string expectInputError(const std::string& text, const std::string& want) {
   }
   ADD_FAILURE() << "no error for: " << text;
   return "";
+}
+
+// The tool keeps its own copy of the operation codes: they must be loom.h's.
+TEST(TraceOutput, OperationNamesFollowLoomsCodes) {
+  EXPECT_EQ(redOpName(loomSum), "sum");
+  EXPECT_EQ(redOpName(loomAvg), "avg");
+  EXPECT_EQ(redOpName(loomNumOps), "premulsum");
+  EXPECT_EQ(redOpName(loomBand - 1), "premulsum");
+  EXPECT_EQ(redOpName(loomBand), "band");
+  EXPECT_EQ(redOpName(loomBor), "bor");
+  EXPECT_EQ(redOpName(loomBxor), "bxor");
+  EXPECT_EQ(redOpName(loomBxor + 1), "op" + std::to_string(loomBxor + 1));
+  EXPECT_EQ(redOpName(-1), "op-1");
 }
 
 TEST(TraceInput, MalformedDumpsNameTheFileAndTheField) {

@@ -332,6 +332,18 @@ TEST(KernelReducer, MakeReducerMapsOps) {
   EXPECT_EQ(avg.postDivide, 5);
   EXPECT_FALSE(avg.hasScale);
   EXPECT_EQ(makeReducer(loomInt32, loomSum, 5).postDivide, 0);
+  const loomRedOp_t bitwise[] = {loomBand, loomBor, loomBxor};
+  const BaseOp base[] = {BaseOp::BAnd, BaseOp::BOr, BaseOp::BXor};
+  for (int i = 0; i < 3; ++i) {
+    const Reducer r = makeReducer(loomUint32, bitwise[i], 5);
+    EXPECT_EQ(r.op, base[i]);
+    EXPECT_EQ(r.postDivide, 0);
+    EXPECT_FALSE(r.hasScale);
+    EXPECT_TRUE(isBitwise(r.op));
+    EXPECT_TRUE(isBuiltInOp(bitwise[i]));
+  }
+  EXPECT_FALSE(isBuiltInOp(loomNumOps));  // the first PreMulSum operation
+  EXPECT_FALSE(isBuiltInOp(loomBxor + 1));
 }
 
 TEST(KernelReducer, MakePreMulSumCopiesScalar) {
@@ -464,8 +476,9 @@ const TypeInfo kTypes[] = {
 
 void PrintTo(const TypeInfo& t, std::ostream* os) { *os << t.name; }
 
-enum class TestOp { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
-const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+enum class TestOp { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kBand, kBor, kBxor };
+const char* const kOpNames[] = {"sum",       "prod", "max", "min", "avg",
+                                "premulsum", "band", "bor", "bxor"};
 constexpr int kRanks = 3;  // Avg divisor: not a power of two, so division rounds
 
 uint64_t Mask(const TypeInfo& t) { return t.size == 8 ? ~0ull : (1ull << (8 * t.size)) - 1; }
@@ -539,6 +552,15 @@ uint64_t RefIntElement(const TypeInfo& t, TestOp op, const uint64_t* in, uint64_
       case TestOp::kMin:
         v = a_less ? a : v;
         break;
+      case TestOp::kBand:
+        v = a & v;
+        break;
+      case TestOp::kBor:
+        v = a | v;
+        break;
+      case TestOp::kBxor:
+        v = a ^ v;
+        break;
       default:
         v = (a + v) & mask;
         break;
@@ -588,6 +610,8 @@ uint64_t GetRaw(const std::vector<unsigned char>& buf, const TypeInfo& t, size_t
   return raw;
 }
 
+Reducer MakeTestReducer(const TypeInfo& t, TestOp op, std::mt19937_64& rng);
+
 // Where the operands live.
 enum class Layout { kSeparate, kNoIn, kNoInDstIsLocal, kDstIsIn, kDstIsLocal, kAllSame };
 const char* const kLayoutNames[] = {"separate", "no-in",      "no-in dst==local",
@@ -608,8 +632,7 @@ class ReduceTest : public ::testing::TestWithParam<std::tuple<TypeInfo, TestOp>>
       scalar = RandomScalar(t, rng);
       r = makePreMulSum(t.dtype, &scalar);
     } else {
-      const loomRedOp_t ops[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
-      r = makeReducer(t.dtype, ops[static_cast<int>(op)], kRanks);
+      r = MakeTestReducer(t, op, rng);
     }
     const bool pre = op == TestOp::kPreMulSum && (flags & kPre) != 0;
     const bool post = op == TestOp::kAvg && (flags & kPost) != 0;
@@ -670,6 +693,11 @@ class ReduceTest : public ::testing::TestWithParam<std::tuple<TypeInfo, TestOp>>
   }
 };
 
+std::string ReduceTestName(const ::testing::TestParamInfo<std::tuple<TypeInfo, TestOp>>& info) {
+  return std::string(std::get<0>(info.param).name) + "_" +
+         kOpNames[static_cast<int>(std::get<1>(info.param))];
+}
+
 TEST_P(ReduceTest, MatchesReference) {
   const TypeInfo& t = std::get<0>(GetParam());
   std::mt19937_64 rng(0x10011 + 97 * t.dtype + static_cast<int>(std::get<1>(GetParam())));
@@ -691,10 +719,14 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAllOps, ReduceTest,
                                             ::testing::Values(TestOp::kSum, TestOp::kProd,
                                                               TestOp::kMax, TestOp::kMin,
                                                               TestOp::kAvg, TestOp::kPreMulSum)),
-                         [](const ::testing::TestParamInfo<std::tuple<TypeInfo, TestOp>>& info) {
-                           return std::string(std::get<0>(info.param).name) + "_" +
-                                  kOpNames[static_cast<int>(std::get<1>(info.param))];
-                         });
+                         ReduceTestName);
+
+// The bitwise operations on the integer types (the only ones the API gives them).
+INSTANTIATE_TEST_SUITE_P(IntegerTypesBitwiseOps, ReduceTest,
+                         ::testing::Combine(::testing::ValuesIn(kTypes, kTypes + 6),
+                                            ::testing::Values(TestOp::kBand, TestOp::kBor,
+                                                              TestOp::kBxor)),
+                         ReduceTestName);
 
 // ---------------------------------------------------------------------------------------
 // Instruction-set levels: each must give the scalar level's bytes exactly, for every type,
@@ -751,12 +783,16 @@ Reducer MakeTestReducer(const TypeInfo& t, TestOp op, std::mt19937_64& rng) {
     const uint64_t scalar = RandomScalar(t, rng);
     return makePreMulSum(t.dtype, &scalar);
   }
-  const loomRedOp_t ops[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
+  const loomRedOp_t ops[] = {loomSum, loomProd, loomMax, loomMin, loomAvg,
+                             loomSum, loomBand, loomBor, loomBxor};
   return makeReducer(t.dtype, ops[static_cast<int>(op)], kRanks);
 }
 
-constexpr TestOp kAllOps[] = {TestOp::kSum, TestOp::kProd, TestOp::kMax,
-                              TestOp::kMin, TestOp::kAvg,  TestOp::kPreMulSum};
+// The bitwise ones on every type too: the kernels combine bytes whatever the type (the API
+// allows them on integers only), so the levels and entry points must agree there as well.
+constexpr TestOp kAllOps[] = {TestOp::kSum,  TestOp::kProd, TestOp::kMax,
+                              TestOp::kMin,  TestOp::kAvg,  TestOp::kPreMulSum,
+                              TestOp::kBand, TestOp::kBor,  TestOp::kBxor};
 
 // Three operand buffers; the elements start `offset` bytes in, with guard bytes after.
 struct Operands {

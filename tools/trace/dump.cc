@@ -312,8 +312,12 @@ std::string dtypeName(int dtype) {
 
 std::string redOpName(int op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
-  if (op >= 0 && op < 5) return kNames[op];
-  return op >= 5 ? "premulsum" : "op" + std::to_string(op);
+  static const char* const kBitwise[] = {"band", "bor", "bxor"};
+  // loomNumOps and loomBand: the tool reads dumps without the library's header.
+  constexpr int kNumOps = 5, kBand = 0x40000000;
+  if (op >= 0 && op < kNumOps) return kNames[op];
+  if (op >= kBand && op < kBand + 3) return kBitwise[op - kBand];
+  return op >= kNumOps && op < kBand ? "premulsum" : "op" + std::to_string(op);
 }
 
 }  // namespace loom::tracetool

@@ -108,7 +108,7 @@ LoadResult loadDumps(const std::vector<std::string>& paths);
 size_t dtypeSize(int dtype);
 // "fp32", "int8", ...; the number itself when unknown.
 std::string dtypeName(int dtype);
-// "sum", "max", ...; "premulsum" for user-made operations.
+// "sum", "max", "band", ...; "premulsum" for user-made operations.
 std::string redOpName(int op);
 
 }  // namespace loom::tracetool

@@ -167,6 +167,15 @@ Reducer makeReducer(loomDataType_t dtype, loomRedOp_t op, int nranks) {
       r.op = BaseOp::Sum;
       r.postDivide = nranks;
       break;
+    case loomBand:
+      r.op = BaseOp::BAnd;
+      break;
+    case loomBor:
+      r.op = BaseOp::BOr;
+      break;
+    case loomBxor:
+      r.op = BaseOp::BXor;
+      break;
     default:
       r.op = BaseOp::Sum;
       break;

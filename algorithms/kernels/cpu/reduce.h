@@ -25,7 +25,16 @@
 
 namespace loom::kernels {
 
-enum class BaseOp : uint8_t { Sum, Prod, Max, Min };
+// BAnd, BOr and BXor combine the elements' bytes whatever their type (the API allows them on
+// integer types only); kPre and kPost do not apply to them.
+enum class BaseOp : uint8_t { Sum, Prod, Max, Min, BAnd, BOr, BXor };
+
+inline bool isBitwise(BaseOp op) { return op >= BaseOp::BAnd; }
+// Whether op is loomBand, loomBor or loomBxor.
+inline bool isBitwiseOp(int op) { return op >= loomBand && op <= loomBxor; }
+// Whether op is one of loomRedOp_t's fixed operations (not a PreMulSum one).
+inline bool isBuiltInOp(int op) { return (op >= 0 && op < loomNumOps) || isBitwiseOp(op); }
+inline bool isIntegerType(loomDataType_t dtype) { return dtype >= loomInt8 && dtype <= loomUint64; }
 
 // kCopyCached: reduceManyStream only, its copy takes plain stores (for a copy whose lines
 // are in the caches already, such as an in-place output just read).
@@ -57,7 +66,7 @@ inline size_t typeSize(loomDataType_t dtype) {
   return validType(dtype) ? kSizes[dtype] : 0;
 }
 
-// A reducer for a built-in op (sum, prod, max, min, avg) over nranks ranks.
+// A reducer for a built-in op (sum, prod, max, min, avg, band, bor, bxor) over nranks ranks.
 Reducer makeReducer(loomDataType_t dtype, loomRedOp_t op, int nranks);
 // A PreMulSum reducer; scalar points to one value of dtype.
 Reducer makePreMulSum(loomDataType_t dtype, const void* scalar);

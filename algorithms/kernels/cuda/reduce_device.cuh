@@ -135,7 +135,7 @@ __device__ inline void CopyBytes(void* dst, const void* src, size_t n, size_t t,
 }
 
 // Calls fn(TypeTag<Traits>{}, Op{}) with the traits of dtype and the functor of op (host side,
-// to pick a kernel instantiation); nothing for an unknown type.
+// to pick a kernel instantiation); nothing for an unknown type or a bitwise op.
 template <class Fn>
 void VisitTypeAndOp(loomDataType_t dtype, BaseOp op, Fn&& fn) {
   VisitType(dtype, [&](auto tag) {
@@ -148,6 +148,10 @@ void VisitTypeAndOp(loomDataType_t dtype, BaseOp op, Fn&& fn) {
         return fn(tag, MaxOp{});
       case BaseOp::Min:
         return fn(tag, MinOp{});
+      case BaseOp::BAnd:
+      case BaseOp::BOr:
+      case BaseOp::BXor:
+        return;  // no device kernel: device calls reduce them on the host (src/api/device.cc)
     }
   });
 }
