@@ -296,7 +296,62 @@ void setPlan(Comm& comm, const Call& c, const exec::OpArgs& op, bool inPlace, al
   plan.valid = true;
 }
 
+// LOOM_CHECK_CALLS: what a rank calls, as the ranks compare it. op is the built-in operation's
+// value, kAnyPreMulSum for any PreMulSum one (each rank holds its own handles), -1 where the
+// collective reduces nothing; root is -1 where it has none.
+struct CallPrint {
+  int32_t coll, dtype, op, root;
+  uint64_t count;
+};
+constexpr int32_t kAnyPreMulSum = -2;
+
+CallPrint printOf(const Call& c) {
+  CallPrint p{};
+  p.coll = static_cast<int32_t>(c.coll);
+  p.dtype = c.dtype;
+  p.op = !reduces(c.coll) ? -1 : kernels::isBuiltInOp(c.op) ? c.op : kAnyPreMulSum;
+  p.root = c.coll == algo::Coll::Broadcast || c.coll == algo::Coll::Reduce ? c.root : -1;
+  p.count = c.count;
+  return p;
+}
+
+std::string describe(const CallPrint& p) {
+  std::string s = std::string(algo::collName(static_cast<algo::Coll>(p.coll))) + "(count " +
+                  std::to_string(p.count) + ", datatype " + std::to_string(p.dtype);
+  if (p.op != -1) s += ", op " + (p.op == kAnyPreMulSum ? "PreMulSum" : std::to_string(p.op));
+  if (p.root != -1) s += ", root " + std::to_string(p.root);
+  return s + ")";
+}
+
+// Every rank learns every rank's call (over the bootstrap ring, apart from the data path) and
+// so decides alike: a call that differs from rank 0's on any rank is refused on every rank,
+// naming the first argument that differs, and the communicator stays usable.
+[[gnu::cold, gnu::noinline]] Status checkCallsAgree(Comm& comm, const Call& c) {
+  const int n = comm.nranks();
+  const CallPrint mine = printOf(c);
+  std::vector<CallPrint> all(static_cast<size_t>(n));
+  LOOM_CHECK(comm.bootstrap().allGather(&mine, all.data(), sizeof mine));
+  const CallPrint& a = all[0];
+  for (int r = 1; r < n; ++r) {
+    const CallPrint& b = all[static_cast<size_t>(r)];
+    const char* arg = a.coll != b.coll     ? "collective"
+                      : a.count != b.count ? "count"
+                      : a.dtype != b.dtype ? "datatype"
+                      : a.op != b.op       ? "op"
+                      : a.root != b.root   ? "root"
+                                           : nullptr;
+    if (arg != nullptr)
+      return LOOM_ERROR(loomInvalidArgument, std::string(arg) +
+                                                 ": the ranks' calls differ (LOOM_CHECK_CALLS): "
+                                                 "rank 0 calls " +
+                                                 describe(a) + ", rank " + std::to_string(r) +
+                                                 " calls " + describe(b));
+  }
+  return Status::ok();
+}
+
 Status runCollective(Comm& comm, const Call& c) {
+  if (comm.options().checkCalls && comm.nranks() > 1) LOOM_CHECK(checkCallsAgree(comm, c));
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
   op.sendbuff = c.sendbuff;

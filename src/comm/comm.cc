@@ -35,6 +35,7 @@ namespace loom {
 Result<CommOptions> resolveConfig(const loomConfig_t* config) {
   CommOptions o;
   o.timeoutMs = env::timeoutMs();
+  o.checkCalls = env::checkCalls();
   if (config != nullptr) {
     if (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t))
       return LOOM_ERROR(loomInvalidArgument,

@@ -42,6 +42,7 @@ namespace loom {
 struct CommOptions {
   int64_t timeoutMs = 0;
   bool blocking = true;
+  bool checkCalls = false;  // LOOM_CHECK_CALLS (src/api/group.cc)
   std::string name;
   int cudaDev = -1;
 };

@@ -96,6 +96,11 @@ constexpr Var kVars[] = {
     {"LOOM_INJECT_DELAY", "",
      "tests only: RANK:US[:EVERY] delays RANK's entry into every EVERY-th operation (default "
      "each) by US microseconds, as a late caller would (needs the flight recorder)"},
+    {"LOOM_CHECK_CALLS", "0",
+     "1: before each collective the ranks compare what they call (collective, count, type, op, "
+     "root) over the bootstrap ring, and every rank refuses a call that differs on any rank "
+     "(loomInvalidArgument naming the argument and both ranks' calls); tens of microseconds a "
+     "call, for debugging"},
     {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)",
      "TORCH_NCCL_TRACE_BUFFER_SIZE"},
     {"LOOM_TRACE_DIR", "",
@@ -220,6 +225,10 @@ bool shmDisable() {
 }
 bool tunerCalibrate() {
   static const bool value = toInt("LOOM_TUNER_CALIBRATE") != 0;
+  return value;
+}
+bool checkCalls() {
+  static const bool value = toInt("LOOM_CHECK_CALLS") != 0;
   return value;
 }
 

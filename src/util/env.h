@@ -22,6 +22,7 @@ int64_t socketBufferBytes();         // LOOM_SOCKET_BUFFER_BYTES (0: autotuned)
 int64_t timeoutMs();                 // LOOM_TIMEOUT_MS
 bool shmDisable();                   // LOOM_SHM_DISABLE
 bool tunerCalibrate();               // LOOM_TUNER_CALIBRATE
+bool checkCalls();                   // LOOM_CHECK_CALLS
 int64_t slotBytes();                 // LOOM_SLOT_BYTES
 int64_t fifoDepth();                 // LOOM_FIFO_DEPTH
 int64_t spinCount();                 // LOOM_SPIN_COUNT

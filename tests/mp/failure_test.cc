@@ -447,6 +447,120 @@ TEST(BadArguments, CollectivesAndQueries) {
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
+// LOOM_CHECK_CALLS=1: ranks that call different collectives, counts, types, ops or roots at
+// once are refused on every rank alike, naming the argument; the communicator still works.
+LaunchOptions checkCallsOptions(bool shm) {
+  LaunchOptions opts;
+  opts.nranks = 3;
+  opts.shm = shm;
+  opts.timeoutMs = 10000;
+  opts.deadlineMs = 60000;
+  opts.env = {{"LOOM_CHECK_CALLS", "1"}};
+  return opts;
+}
+
+// How many of recv[0, count) are not the sum over n ranks of rank q's input q + 1 + i.
+int wrongSums(const float* recv, int count, int n) {
+  int wrong = 0;
+  for (int i = 0; i < count; ++i) {
+    float want = 0;
+    for (int q = 0; q < n; ++q) want += static_cast<float>(q + 1 + i);
+    if (recv[i] != want) ++wrong;
+  }
+  return wrong;
+}
+
+int mismatchedCalls(RankContext& ctx) {
+  loomComm_t comm = ctx.comm;
+  ArgChecker c{comm};
+  const int rank = ctx.rank, n = ctx.nranks;
+  float send[32], recv[32];
+  for (int i = 0; i < 32; ++i) send[i] = static_cast<float>(rank + 1 + i);
+  auto allReduce = [&](size_t count, loomDataType_t dt, loomRedOp_t op) {
+    return loomAllReduce(send, recv, count, dt, op, comm, nullptr);
+  };
+  EXPECT_BAD(c,
+             rank == 1 ? loomBroadcast(send, recv, 8, loomFloat32, 0, comm, nullptr)
+                       : allReduce(8, loomFloat32, loomSum),
+             "collective");
+  const char* msg = loomGetLastError(comm);
+  int bad = c.failures;
+  if (msg == nullptr || strstr(msg, "rank 0 calls allreduce(count 8") == nullptr ||
+      strstr(msg, "rank 1 calls broadcast(count 8") == nullptr) {
+    fprintf(stderr, "rank %d: the message does not show both calls: %s\n", rank, msg);
+    ++bad;
+  }
+  EXPECT_BAD(c, allReduce(rank == n - 1 ? 16 : 8, loomFloat32, loomSum), "count");
+  EXPECT_BAD(c, allReduce(8, rank == 1 ? loomInt32 : loomFloat32, loomSum), "datatype");
+  EXPECT_BAD(c, allReduce(8, loomFloat32, rank == 0 ? loomMax : loomSum), "op");
+  EXPECT_BAD(c, loomBroadcast(send, recv, 8, loomFloat32, rank, comm, nullptr), "root");
+  // In a group, the second call differs: the group ends with its error.
+  loomGroupStart();
+  allReduce(4, loomFloat32, loomSum);
+  loomAllGather(send, recv, rank == 2 ? 2 : 1, loomFloat32, comm, nullptr);
+  EXPECT_BAD(c, loomGroupEnd(), "count");
+  // Each rank's own PreMulSum operation (its handle and factor) is the same call.
+  loomRedOp_t premul;
+  float factor = static_cast<float>(rank + 1);
+  loomResult_t r =
+      loomRedOpCreatePreMulSum(&premul, &factor, loomFloat32, loomScalarHostImmediate, comm);
+  if (r == loomSuccess) r = allReduce(8, loomFloat32, premul);
+  for (int i = 0; r == loomSuccess && i < 8; ++i) {
+    float want = 0;
+    for (int q = 0; q < n; ++q) want += static_cast<float>((q + 1) * (q + 1 + i));
+    if (recv[i] != want) {
+      fprintf(stderr, "rank %d: premul element %d: %g, want %g\n", rank, i, recv[i], want);
+      ++bad;
+    }
+  }
+  if (r == loomSuccess) r = loomRedOpDestroy(premul, comm);
+  // The communicator still works.
+  if (r == loomSuccess) r = allReduce(32, loomFloat32, loomSum);
+  if (r == loomSuccess) bad += wrongSums(recv, 32, n);
+  if (r != loomSuccess) {
+    fprintf(stderr, "rank %d: %s: %s\n", rank, loomGetErrorString(r), loomGetLastError(comm));
+    ++bad;
+  }
+  return bad == 0 && c.failures == 0 ? 0 : 1;
+}
+
+// The same on a non-blocking communicator (the torch backend's kind): the queued call's ticket
+// fails naming the argument, and the calls queued after it run.
+int mismatchedQueuedCalls(RankContext& ctx) {
+  loomResult_t r = initNonBlocking(ctx);
+  if (r != loomSuccess) return 2;
+  loomComm_t comm = ctx.comm;
+  const int rank = ctx.rank, n = ctx.nranks;
+  float send[8], recv[8];
+  for (int i = 0; i < 8; ++i) send[i] = static_cast<float>(rank + 1 + i);
+  ArgChecker c{comm};
+  r = loomAllReduce(send, recv, rank == 1 ? 4 : 8, loomFloat32, loomSum, comm, nullptr);
+  const uint64_t bad = lastTicket(comm);
+  const loomResult_t r2 = loomAllReduce(send, recv, 8, loomFloat32, loomSum, comm, nullptr);
+  const uint64_t good = lastTicket(comm);
+  if (r != loomInProgress || r2 != loomInProgress || bad == 0 || good != bad + 1) return 3;
+  EXPECT_BAD(c, loomCommWaitTicket(comm, bad, -1), "count");
+  r = loomCommWaitTicket(comm, good, -1);
+  const int wrong = r == loomSuccess ? wrongSums(recv, 8, n) : 0;
+  if (r != loomSuccess)
+    fprintf(stderr, "rank %d: %s: %s\n", rank, loomGetErrorString(r), loomGetLastError(comm));
+  return r == loomSuccess && wrong == 0 && c.failures == 0 ? 0 : 1;
+}
+
+TEST(CallCheck, MismatchedQueuedCallsFailTheirTicketsOnly) {
+  LaunchOptions opts = checkCallsOptions(true);
+  opts.initComm = false;
+  LaunchResult res = launch(opts, mismatchedQueuedCalls);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
+TEST(CallCheck, MismatchedCallsAreRefusedOnEveryRank) {
+  for (bool shm : {true, false}) {
+    LaunchResult res = launch(checkCallsOptions(shm), mismatchedCalls);
+    EXPECT_TRUE(res.allPassed()) << (shm ? "shm: " : "tcp: ") << res.report();
+  }
+}
+
 TEST(BadArguments, Init) {
   LaunchOptions opts;
   opts.nranks = 1;

@@ -17,7 +17,7 @@ real processes (one per rank, file:// rendezvous in a temporary folder, every wa
   loom picks: the order of the sums differs).
 - Mismatch (2 ranks): ranks that call different collectives, sizes or dtypes at once raise
   torch's "Detected mismatch" on every rank under TORCH_DISTRIBUTED_DEBUG=DETAIL, on loom
-  as on gloo, and the group works after.
+  as on gloo, and Loom's own error under LOOM_CHECK_CALLS=1; the group works after.
 - Straggler (loom, 3 ranks): loom-trace over LOOM_TRACE_DIR names the rank that sleeps in
   its data loader, and lists the operations it was last in by torch's sequence numbers.
 - Kill (3 ranks): a rank SIGKILLs itself mid-training; every other rank's wait() raises
@@ -116,13 +116,12 @@ class Mismatch(unittest.TestCase):
     TORCH_DISTRIBUTED_DEBUG=DETAIL torch checks every call's fingerprint before the backend
     sees it, on loom as on gloo; every rank raises, and the group still works after."""
 
-    def mismatch(self, backend):
-        out = L.launch(backend, "mismatch", 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    def mismatch(self, backend, env=None, says="Detected mismatch between collectives"):
+        out = L.launch(backend, "mismatch", 2, env=env or {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
         for r, res in enumerate(out):
             for what, text in sorted(res["raised"].items()):
                 self.assertIsNotNone(text, "%s rank %d: %s did not raise" % (backend, r, what))
-                self.assertIn("Detected mismatch between collectives", text,
-                              "%s rank %d: %s" % (backend, r, what))
+                self.assertIn(says, text, "%s rank %d: %s" % (backend, r, what))
             self.assertEqual(len(res["raised"]), 3, res)
             self.assertTrue(res["after"], "%s rank %d: the matching all_reduce" % (backend, r))
 
@@ -133,6 +132,10 @@ class Mismatch(unittest.TestCase):
     @needs_loom
     def test_loom(self):
         self.mismatch("loom")
+
+    @needs_loom
+    def test_loom_check_calls(self):  # Loom's own check, without torch's
+        self.mismatch("loom", {"LOOM_CHECK_CALLS": "1"}, "the ranks' calls differ")
 
 
 class Training(unittest.TestCase):
