@@ -34,10 +34,10 @@ def _op(op):
         return int(op)
     if isinstance(op, str) and op.lower() in _OP_NAMES:
         return int(_OP_NAMES[op.lower()])
-    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op < len(ReduceOp):
+    if isinstance(op, int) and not isinstance(op, bool) and op in ReduceOp._value2member_map_:
         return op
     raise LoomError(INVALID_ARGUMENT, "op: %r is not a reduction (sum, prod, max, min, avg, "
-                    "a ReduceOp or a PreMulSum)" % (op,))
+                    "band, bor, bxor, a ReduceOp or a PreMulSum)" % (op,))
 
 
 def unique_id():

@@ -87,6 +87,9 @@ struct Call {
   // never reads the communicator's table of operations from another thread.
   bool ownReducer = false;
   kernels::Reducer reducer;
+  // A device call staged through host memory (api/device.cc): it runs on CUDA's host-callback
+  // thread, where LOOM_CHECK_CALLS does not compare it (the ring is the caller's thread's).
+  bool staged = false;
 };
 
 // Calls of one communicator, viewed where they lie: a group's vector, or one call on the

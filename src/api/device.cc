@@ -225,6 +225,7 @@ Status enqueueStaged(Comm& comm, DeviceState& st, api::CallList calls, cudaStrea
   };
   for (Call& c : host) {
     c.stream = nullptr;
+    c.staged = true;
     const Extent e = extentOf(c, comm.nranks(), comm.rank());
     const char* s = static_cast<const char*>(c.sendbuff);
     const char* r = static_cast<const char*>(c.recvbuff);

@@ -351,7 +351,6 @@ std::string describe(const CallPrint& p) {
 }
 
 Status runCollective(Comm& comm, const Call& c) {
-  if (comm.options().checkCalls && comm.nranks() > 1) LOOM_CHECK(checkCallsAgree(comm, c));
   exec::OpArgs op;
   op.name = algo::collName(c.coll);
   op.sendbuff = c.sendbuff;
@@ -372,6 +371,14 @@ Status runCollective(Comm& comm, const Call& c) {
   }
   trace::FlightRecorder& rec = comm.recorder();
   startOp(comm, c, op, c.count, c.dtype, c.op, c.root);
+  // Inside the operation's record, so that a late rank still shows as the late one.
+  if (comm.options().checkCalls && comm.nranks() > 1 && !c.staged) {
+    Status checked = checkCallsAgree(comm, c);
+    if (!checked.isOk()) {
+      rec.end(op.record, checked);
+      return checked;
+    }
+  }
   Status s;
   int64_t doneNs = 0;      // the path's own reading of the end time, if it took one
   (void)protoSelection();  // warns once about invalid LOOM_PROTO text

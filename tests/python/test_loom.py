@@ -449,6 +449,8 @@ def error_cases():
     f = array.array("f", [1.0, 2.0])
     cases = {
         "op": lambda: comm.all_reduce(f, op="median"),
+        "op int": lambda: comm.all_reduce(f, op=5),  # not a ReduceOp's value (a PreMulSum's)
+        "band float": lambda: comm.all_reduce(f, op="band"),
         "readonly": lambda: comm.all_reduce(f, b"12345678"),
         "size": lambda: comm.all_reduce(f, array.array("f", [0.0] * 3)),
         "dtype mismatch": lambda: comm.all_reduce(f, array.array("i", [0, 0])),
@@ -518,6 +520,7 @@ class Errors(unittest.TestCase):
 
     def test_python_side_checks_name_the_argument(self):
         self.expect("op", "op", "median")
+        self.expect("op int", "op", "5", "band")
         self.expect("readonly", "recvbuff", "read-only")
         self.expect("size", "recvbuff", "3 elements")
         self.expect("dtype mismatch", "recvbuff", "int32", "float32")
@@ -553,6 +556,7 @@ class Errors(unittest.TestCase):
         self.expect("peer", "peer: 3 is outside [0, 1)")
         self.expect("rank", "rank: 5 is outside [0, 2)")
         self.expect("destroyed", "comm")
+        self.expect("band float", "op: loomBand applies to the integer types only")
         self.assertEqual(self.out["group end"], INVALID_USAGE)
 
     def test_missing_library_is_named(self):
