@@ -110,23 +110,32 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
       return true;
     }
   }
-  if (ticket_ == 0) fail("wait(): the operation is still inside a coalescing block");
   // kNoTimeout: the group's (see groupWaitMs).
   const bool groupTimeout = timeout.count() <= 0;
   const int64_t ms = groupTimeout ? backend_->timeout().count() : timeout.count();
+  if (external_) {  // the sparse lane completes it
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return completed_; }))
+      std::rethrow_exception(timedOut(ms));
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+  if (ticket_ == 0) fail("wait(): the operation is still inside a coalescing block");
   const loomResult_t r = loomCommWaitTicket(
       backend_->comm(), ticket_,
       groupTimeout ? backend_->groupWaitMs() : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
-  if (r == loomInProgress)
-    std::rethrow_exception(backendError("loom: rank " + std::to_string(backend_->getRank()) + ": " +
-                                        c10d::opTypeToString(retrieveOpType()) + " #" +
-                                        std::to_string(seq_) + " did not finish: timeout after " +
-                                        std::to_string(ms) +
-                                        " ms (a peer is late, stalled or dead)"));
+  if (r == loomInProgress) std::rethrow_exception(timedOut(ms));
   const std::exception_ptr e = completeFrom(r);
   if (e) std::rethrow_exception(e);
   backend_->sweep();  // works before this one have finished too (but receives)
   return true;
+}
+
+std::exception_ptr LoomWork::timedOut(int64_t ms) {
+  return backendError("loom: rank " + std::to_string(backend_->getRank()) + ": " +
+                      c10d::opTypeToString(retrieveOpType()) + " #" + std::to_string(seq_) +
+                      " did not finish: timeout after " + std::to_string(ms) +
+                      " ms (a peer is late, stalled or dead)");
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture() {
@@ -144,7 +153,7 @@ c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture() {
     return future;
   }
   lock.unlock();
-  backend_->completeInBackground(c10::intrusive_ptr<LoomWork>::reclaim_copy(this));
+  if (!external_) backend_->completeInBackground(c10::intrusive_ptr<LoomWork>::reclaim_copy(this));
   return future;
 }
 
@@ -216,6 +225,7 @@ void LoomBackend::stopCompletion() {
 void LoomBackend::shutdown() {
   std::lock_guard<std::mutex> life(life_);
   if (comm_.load() != nullptr) {
+    stopSparseLane(false);
     settleAll(false);  // what is queued runs first (each operation is bounded by the timeout)
     stopCompletion();
     for (const auto& kv : premul_) (void)loomRedOpDestroy(kv.second, comm_);
@@ -236,6 +246,7 @@ void LoomBackend::abort() {
       }
       for (const auto& w : held) (void)w->isCompleted();
     }
+    stopSparseLane(true);
     (void)loomCommAbort(comm_.load());  // drops the queue, ends the running operation
     settleAll(true);
     stopCompletion();
@@ -329,6 +340,45 @@ std::string LoomBackend::describe(loomResult_t r, const std::string& message,
          c10d::opTypeToString(const_cast<LoomWork&>(w).retrieveOpType()) + " #" +
          std::to_string(w.getSequencenumber()) + " " + what + ": " + loomGetErrorString(r) + ": " +
          message;
+}
+
+// ---- The sparse lane ----
+
+void LoomBackend::toSparseLane(std::function<void(bool run)> task) {
+  std::lock_guard<std::mutex> lock(sm_);
+  if (sparseStopping_) fail("the process group was shut down or aborted");
+  if (!sparseWorker_.joinable()) sparseWorker_ = std::thread([this] { sparseLoop(); });
+  sparseTasks_.push_back(std::move(task));
+  scv_.notify_all();
+}
+
+void LoomBackend::sparseLoop() {
+  for (;;) {
+    std::function<void(bool)> task;  // freed after the lock (its tensors; see sweep)
+    bool run = true;
+    {
+      std::unique_lock<std::mutex> lock(sm_);
+      scv_.wait(lock, [this] { return sparseStopping_ || !sparseTasks_.empty(); });
+      if (sparseTasks_.empty()) return;  // stopping, and every task has run
+      task = std::move(sparseTasks_.front());
+      sparseTasks_.pop_front();
+      run = !sparseAborted_;
+    }
+    task(run);
+  }
+}
+
+void LoomBackend::stopSparseLane(bool aborted) {
+  {
+    std::lock_guard<std::mutex> lock(sm_);
+    sparseStopping_ = true;
+    sparseAborted_ = sparseAborted_ || aborted;
+  }
+  scv_.notify_all();
+  // Aborting ends the running task's calls (a call racing with the abort is refused).
+  if (aborted && sparseComm_.load() != nullptr) (void)loomCommAbort(sparseComm_.exchange(nullptr));
+  if (sparseWorker_.joinable()) sparseWorker_.join();
+  if (sparseComm_.load() != nullptr) (void)loomCommDestroy(sparseComm_.exchange(nullptr));
 }
 
 // ---- Completion ----

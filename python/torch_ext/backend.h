@@ -13,6 +13,8 @@
 // not one contiguous tensor (lists of tensors) land in a staging tensor and are
 // copied out once, by whoever sees the operation finish first (wait(), the completion
 // thread, or the backend's sweep of finished works at the next call or wait).
+// A sparse all-reduce runs on the sparse lane (a second, blocking communicator and a thread),
+// its two dependent steps in order there, while the caller goes on.
 // shutdown() lets every queued operation finish and settles its Work before Loom's
 // communicator is destroyed; abort() ends them, then fails the Works left. A Work
 // never reaches its backend once it has completed, so it may outlive it.
@@ -75,6 +77,9 @@ class LoomWork : public c10d::Work {
   bool hasFuture() const;
   // A receive (recv, recvAnysource): it may finish after operations queued later.
   bool isReceive() const { return source_.defined(); }
+  // Completed by the backend's sparse lane (no ticket on the communicator): wait() waits for
+  // that, and its future is completed there.
+  void setExternal() { external_ = true; }
   // Records the operation's result (once): runs the epilogue on success and completes the
   // future. Returns the exception, if any.
   std::exception_ptr complete(loomResult_t r, const std::string& message);
@@ -90,8 +95,11 @@ class LoomWork : public c10d::Work {
   uint64_t seq_ = 0;
   std::vector<at::Tensor> outputs_;
   std::function<void()> epilogue_;
+  // The error of a wait() that ran out of time.
+  std::exception_ptr timedOut(int64_t ms);
   std::vector<at::Tensor> keep_;  // inputs and staging tensors the operation reads or writes
   at::Tensor source_;
+  bool external_ = false;
   std::vector<c10::intrusive_ptr<LoomWork>> members_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -179,9 +187,17 @@ class LoomBackend : public c10d::Backend {
   // once done: outputOf(i, r) is where input i of rank r lands.
   Work allgatherStaged(std::vector<at::Tensor>& inputs,
                        const std::function<at::Tensor&(size_t, int)>& outputOf, c10d::OpType type);
-  // A sparse (COO) all-reduce, run to completion here: sizes, then indices and values are
-  // all-gathered and summed.
+  // A sparse (COO) all-reduce, on the sparse lane: sizes, then indices and values are
+  // all-gathered (the second step's sizes come from the first) and summed.
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  // The sparse lane: a blocking communicator split from the group's at the first sparse
+  // all-reduce, and a thread that runs those operations on it in call order (the same order on
+  // every rank), so that they are asynchronous although each has two dependent steps.
+  void toSparseLane(std::function<void(bool run)> task);
+  void sparseLoop();
+  // Ends the lane: lets its queued operations run (or, aborted, aborts its communicator and
+  // fails them), then frees its communicator.
+  void stopSparseLane(bool aborted);
   // recv and recvAnysource (src LOOM_ANY_SOURCE): tagged messages, each tensor one.
   Work receive(std::vector<at::Tensor>& tensors, int src, int tag);
   void completionLoop(loomComm_t comm);
@@ -205,6 +221,14 @@ class LoomBackend : public c10d::Backend {
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<LoomWork>> coalesced_;
   std::map<std::pair<int, double>, loomRedOp_t> premul_;  // (dtype, factor) -> op
+
+  std::mutex sm_;  // the sparse lane's queue
+  std::condition_variable scv_;
+  std::deque<std::function<void(bool)>> sparseTasks_;  // argument: run (false: fail it)
+  bool sparseStopping_ = false;
+  bool sparseAborted_ = false;
+  std::atomic<loomComm_t> sparseComm_{nullptr};
+  std::thread sparseWorker_;
 
   std::mutex cm_;
   std::condition_variable ccv_;

@@ -166,27 +166,18 @@ WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
   return allreduce_coalesced(tensors, c10d::AllreduceCoalescedOptions{opts});
 }
 
-WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
-  if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) fail("op: a sparse all-reduce sums (SUM only)");
-  if (!t.device().is_cpu()) fail("tensors[0]: a sparse tensor on " + t.device().str());
-  const int n = getSize();
-  const at::Tensor in = t.coalesce();
+namespace {
+
+// The sparse all-reduce's steps on the lane's blocking communicator: every rank's count of
+// entries, then their indices and values (padded to the largest count), summed into t. Returns
+// the first Loom call that failed (its message is this thread's last error), else loomSuccess.
+loomResult_t sumSparse(loomComm_t comm, int n, const at::Tensor& in, at::Tensor& t) {
   const at::Tensor idx = in.indices().contiguous();  // [sparse dims, nnz], int64
   const at::Tensor val = in.values().contiguous();   // [nnz, dense dims...]
   const int64_t nnz = in._nnz();
-  // Each step is queued and waited for: the next one's sizes depend on it.
-  auto step = [&](const std::function<void()>& issue) {
-    issue();
-    const loomResult_t r = loomCommWaitTicket(comm_, queuedTicket(), groupWaitMs());
-    if (r != loomSuccess)
-      fail("rank " + std::to_string(getRank()) + ": sparse all-reduce failed: " +
-           loomGetErrorString(r) + ": " + loomGetLastError(nullptr));
-  };
   at::Tensor mine = at::full({1}, nnz, at::kLong), counts = at::empty({n}, at::kLong);
-  step([&] {
-    check(loomAllGather(mine.data_ptr(), counts.data_ptr(), 1, loomInt64, comm_, nullptr),
-          "loomAllGather");
-  });
+  loomResult_t r = loomAllGather(mine.data_ptr(), counts.data_ptr(), 1, loomInt64, comm, nullptr);
+  if (r != loomSuccess) return r;
   const int64_t most = counts.max().item<int64_t>();
   at::Tensor idxPad = at::zeros({idx.size(0), most}, idx.options());
   idxPad.narrow(1, 0, nnz).copy_(idx);
@@ -197,27 +188,63 @@ WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions
   at::Tensor idxAll = at::empty({n, idx.size(0), most}, idx.options());
   shape.insert(shape.begin(), n);
   at::Tensor valAll = at::empty(shape, val.options());
-  step([&] {
-    grouped([&] {
-      check(loomAllGather(idxPad.data_ptr(), idxAll.data_ptr(), bytes(idxPad), loomUint8, comm_,
-                          nullptr),
-            "loomAllGather");
-      check(loomAllGather(valPad.data_ptr(), valAll.data_ptr(), bytes(valPad), loomUint8, comm_,
-                          nullptr),
-            "loomAllGather");
-    });
-  });
+  r = loomGroupStart();
+  if (r != loomSuccess) return r;
+  const loomResult_t a =
+      loomAllGather(idxPad.data_ptr(), idxAll.data_ptr(), bytes(idxPad), loomUint8, comm, nullptr);
+  const loomResult_t b = a != loomSuccess ? a
+                                          : loomAllGather(valPad.data_ptr(), valAll.data_ptr(),
+                                                          bytes(valPad), loomUint8, comm, nullptr);
+  r = loomGroupEnd();
+  if (a != loomSuccess) return a;
+  if (b != loomSuccess) return b;
+  if (r != loomSuccess) return r;
   std::vector<at::Tensor> idxs, vals;
-  for (int r = 0; r < n; ++r) {
-    const int64_t c = counts[r].item<int64_t>();
-    idxs.push_back(idxAll[r].narrow(1, 0, c));
-    vals.push_back(valAll[r].narrow(0, 0, c));
+  for (int q = 0; q < n; ++q) {
+    const int64_t c = counts[q].item<int64_t>();
+    idxs.push_back(idxAll[q].narrow(1, 0, c));
+    vals.push_back(valAll[q].narrow(0, 0, c));
   }
   t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes()).coalesce());
-  ++seq_;
+  return loomSuccess;
+}
+
+}  // namespace
+
+WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
+  if (comm_ == nullptr) fail("the process group was shut down or aborted");
+  if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) fail("op: a sparse all-reduce sums (SUM only)");
+  if (!t.device().is_cpu()) fail("tensors[0]: a sparse tensor on " + t.device().str());
+  if (sparseComm_.load() == nullptr) {  // the first one: every rank makes the lane here
+    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
+    cfg.commName = "torch sparse";
+    loomComm_t lane = nullptr;
+    check(loomCommSplit(comm_, 0, getRank(), &lane, &cfg), "loomCommSplit");
+    sparseComm_ = lane;
+  }
+  const at::Tensor in = t.coalesce();  // the input as it is now
   auto w = c10::make_intrusive<LoomWork>(this, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t},
                                          nullptr, std::vector<at::Tensor>{});
-  w->complete(loomSuccess, "");
+  w->setExternal();
+  w->setTicket(0, ++seq_);
+  const int n = getSize();
+  const uint64_t tag = seq_;
+  toSparseLane([this, w, in, t, n, tag](bool run) mutable {
+    if (!run) {
+      w->complete(loomRemoteError, "the process group was aborted before the operation ran");
+      return;
+    }
+    const loomComm_t lane = sparseComm_.load();
+    loomResult_t r = loomCommSetOpTag(lane, tag);  // loom-trace numbers it as torch does
+    try {
+      if (r == loomSuccess) r = sumSparse(lane, n, in, t);
+      w->completeFrom(r);
+    } catch (const std::exception& e) {
+      w->complete(loomInternalError, e.what());
+    }
+  });
   return w;
 }
 

@@ -411,6 +411,40 @@ def check():
         c.expect("reduce_scatter_tensor bxor int32", out, chunk(want, rank, N))
     c.run("bitwise", bitwise)
 
+    def sparse():  # COO sums, asynchronous: a dense all-reduce issued after one, its future
+        def sp(r):  # entries that overlap across ranks and some that do not; a dense dim of 3
+            i = torch.tensor([[r % 3, 5, 7 + r]])
+            v = torch.arange(9, dtype=torch.float32).view(3, 3) * (r + 1)
+            return torch.sparse_coo_tensor(i, v, (16, 3))
+        want = sum(sp(r).to_dense() for r in range(world))
+        t = sp(rank)
+        w = dist.all_reduce(t, async_op=True)
+        fut = w.get_future()
+        d = val(rank, N, torch.float32)
+        dist.all_reduce(d)
+        w.wait()
+        c.expect("sparse all_reduce", t.to_dense(), want)
+        got = fut.wait()
+        got = got[0] if isinstance(got, list) else got
+        c.expect("sparse all_reduce future", got.to_dense(), want)
+        c.expect("dense all_reduce after a sparse one", d, total(N, torch.float32))
+        t = sp(rank)
+        dist.all_reduce(t)
+        c.expect("sparse all_reduce, blocking", t.to_dense(), want)
+        # The call returns before the peers have made theirs (they come 0.5 s later).
+        t = sp(rank)
+        if rank:
+            time.sleep(0.5)
+        t0 = time.monotonic()
+        w = dist.all_reduce(t, async_op=True)
+        issued = time.monotonic() - t0
+        w.wait()
+        if rank == 0:
+            c.expect("sparse all_reduce returned in %.3f s, before its peers came" % issued,
+                     torch.tensor(issued < 0.25), True)
+        c.expect("sparse all_reduce, late peers", t.to_dense(), want)
+    c.run("sparse", sparse)
+
     def dropped_works():  # an async call whose Work the caller drops at once: outputs still arrive
         outs = [torch.zeros(BIG, dtype=torch.float32) for _ in range(world)]
         dist.all_gather(outs, val(rank, BIG, torch.float32, 2), async_op=True)
