@@ -170,7 +170,8 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                          std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size),
       timeoutMs_(timeout.count()),
-      createdTimeoutMs_(std::min<int64_t>(timeout.count(), INT32_MAX)) {
+      createdTimeoutMs_(std::min<int64_t>(timeout.count(), INT32_MAX)),
+      store_(store) {
   const std::string key = "loom_unique_id";
   loomUniqueId id;
   if (rank == 0) {
@@ -375,10 +376,110 @@ void LoomBackend::stopSparseLane(bool aborted) {
     sparseAborted_ = sparseAborted_ || aborted;
   }
   scv_.notify_all();
-  // Aborting ends the running task's calls (a call racing with the abort is refused).
-  if (aborted && sparseComm_.load() != nullptr) (void)loomCommAbort(sparseComm_.exchange(nullptr));
+  if (aborted) {  // ends the running task's wait; its calls are never under way meanwhile
+    std::lock_guard<std::mutex> lock(laneMutex_);
+    const loomComm_t lane = sparseComm_.exchange(nullptr);
+    if (lane != nullptr) (void)loomCommAbort(lane);
+  }
   if (sparseWorker_.joinable()) sparseWorker_.join();
-  if (sparseComm_.load() != nullptr) (void)loomCommDestroy(sparseComm_.exchange(nullptr));
+  const loomComm_t lane = sparseComm_.exchange(nullptr);
+  if (lane != nullptr) (void)loomCommDestroy(lane);
+}
+
+loomResult_t LoomBackend::openSparseLane(std::string* message) {
+  if (laneOpened_) {
+    if (sparseComm_.load() != nullptr) return loomSuccess;
+    *message = "the sparse lane was aborted or could not be opened";
+    return loomRemoteError;
+  }
+  laneOpened_ = true;
+  auto aborted = [this] { return sparseLaneAborted(); };
+  const std::string key = "loom_sparse_lane_id";
+  loomUniqueId id;
+  try {
+    if (getRank() == 0) {
+      const loomResult_t r = loomGetUniqueId(&id);
+      if (r != loomSuccess) {
+        *message = loomGetLastError(nullptr);
+        return r;
+      }
+      const auto* p = reinterpret_cast<const uint8_t*>(&id);
+      store_->set(key, std::vector<uint8_t>(p, p + sizeof(id)));
+    } else {  // waits in slices, so that an abort ends it
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(createdTimeoutMs_);
+      for (;;) {
+        if (aborted()) {
+          *message = "the process group was aborted";
+          return loomRemoteError;
+        }
+        try {
+          store_->wait({key}, std::chrono::milliseconds(100));
+          break;
+        } catch (const c10::Error&) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            *message = "rank 0 did not publish the sparse lane's id within the timeout";
+            return loomTimeout;
+          }
+        }
+      }
+      const std::vector<uint8_t> v = store_->get(key);
+      if (v.size() != sizeof(id)) {
+        *message = "the store's sparse lane id has " + std::to_string(v.size()) + " bytes";
+        return loomInternalError;
+      }
+      std::memcpy(&id, v.data(), sizeof(id));
+    }
+  } catch (const std::exception& e) {
+    *message = std::string("the group's store: ") + e.what();
+    return loomSystemError;
+  }
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
+  cfg.commName = "torch sparse";
+  loomComm_t lane = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(laneMutex_);
+    if (aborted()) {
+      *message = "the process group was aborted";
+      return loomRemoteError;
+    }
+    const loomResult_t r = loomCommInitRankConfig(&lane, getSize(), id, getRank(), &cfg);
+    if (r != loomInProgress && r != loomSuccess) {
+      *message = loomGetLastError(nullptr);
+      return r;
+    }
+    sparseComm_ = lane;
+  }
+  const loomResult_t r = loomCommWaitTicket(lane, 1, -1);  // ticket 1: the initialisation
+  if (r != loomSuccess) *message = loomGetLastError(nullptr);
+  return r;
+}
+
+loomResult_t LoomBackend::laneStep(const std::function<loomResult_t(loomComm_t)>& issue,
+                                   std::string* message) {
+  loomComm_t lane = nullptr;
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(laneMutex_);
+    lane = sparseComm_.load();
+    if (lane == nullptr) {
+      *message = "the process group was aborted";
+      return loomRemoteError;
+    }
+    loomResult_t r = issue(lane);
+    if (r == loomSuccess) return r;  // nothing was queued
+    if (r == loomInProgress) r = loomCommLastTicket(lane, &ticket);
+    if (r != loomSuccess) {
+      *message = loomGetLastError(nullptr);
+      return r;
+    }
+  }
+  // Safe against an abort meanwhile: it then fails the operation (or refuses the handle).
+  const loomResult_t r = loomCommWaitTicket(lane, ticket, -1);
+  if (r != loomSuccess) *message = loomGetLastError(nullptr);
+  return r;
 }
 
 // ---- Completion ----

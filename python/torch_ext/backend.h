@@ -13,8 +13,8 @@
 // not one contiguous tensor (lists of tensors) land in a staging tensor and are
 // copied out once, by whoever sees the operation finish first (wait(), the completion
 // thread, or the backend's sweep of finished works at the next call or wait).
-// A sparse all-reduce runs on the sparse lane (a second, blocking communicator and a thread),
-// its two dependent steps in order there, while the caller goes on.
+// A sparse all-reduce runs on the sparse lane (a thread with a communicator of its own), its
+// two dependent steps in order there, while the caller goes on.
 // shutdown() lets every queued operation finish and settles its Work before Loom's
 // communicator is destroyed; abort() ends them, then fails the Works left. A Work
 // never reaches its backend once it has completed, so it may outlive it.
@@ -190,11 +190,25 @@ class LoomBackend : public c10d::Backend {
   // A sparse (COO) all-reduce, on the sparse lane: sizes, then indices and values are
   // all-gathered (the second step's sizes come from the first) and summed.
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
-  // The sparse lane: a blocking communicator split from the group's at the first sparse
-  // all-reduce, and a thread that runs those operations on it in call order (the same order on
-  // every rank), so that they are asynchronous although each has two dependent steps.
+  // The sparse lane: a thread that runs those operations in call order (the same order on every
+  // rank) on a communicator of their own, so that they are asynchronous although each has two
+  // dependent steps. The first one opens the lane's communicator there (rank 0 publishes its id
+  // in the group's store), so the caller never waits for it.
   void toSparseLane(std::function<void(bool run)> task);
   void sparseLoop();
+  bool sparseLaneAborted() {
+    std::lock_guard<std::mutex> lock(sm_);
+    return sparseAborted_;
+  }
+  // On the lane's thread: joins the lane's communicator, once.
+  loomResult_t openSparseLane(std::string* message);
+  // On the lane's thread: issue() makes Loom calls on the lane's communicator under laneMutex_
+  // (so that abort never frees it under them) and returns the last one's result; then waits for
+  // their operation, outside the lock. On failure, *message is Loom's.
+  loomResult_t laneStep(const std::function<loomResult_t(loomComm_t)>& issue, std::string* message);
+  // The sum itself: every rank's count of entries, then the entries (padded to the largest
+  // count), summed into t; tag is torch's number of the operation (for loom-trace).
+  loomResult_t sumSparse(at::Tensor& t, uint64_t tag, std::string* message);
   // Ends the lane: lets its queued operations run (or, aborted, aborts its communicator and
   // fails them), then frees its communicator.
   void stopSparseLane(bool aborted);
@@ -227,8 +241,11 @@ class LoomBackend : public c10d::Backend {
   std::deque<std::function<void(bool)>> sparseTasks_;  // argument: run (false: fail it)
   bool sparseStopping_ = false;
   bool sparseAborted_ = false;
+  std::mutex laneMutex_;  // calls on sparseComm_, and its abort
   std::atomic<loomComm_t> sparseComm_{nullptr};
+  bool laneOpened_ = false;  // the lane's thread only
   std::thread sparseWorker_;
+  c10::intrusive_ptr<c10d::Store> store_;
 
   std::mutex cm_;
   std::condition_variable ccv_;

@@ -166,17 +166,20 @@ WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
   return allreduce_coalesced(tensors, c10d::AllreduceCoalescedOptions{opts});
 }
 
-namespace {
-
-// The sparse all-reduce's steps on the lane's blocking communicator: every rank's count of
-// entries, then their indices and values (padded to the largest count), summed into t. Returns
-// the first Loom call that failed (its message is this thread's last error), else loomSuccess.
-loomResult_t sumSparse(loomComm_t comm, int n, const at::Tensor& in, at::Tensor& t) {
+loomResult_t LoomBackend::sumSparse(at::Tensor& t, uint64_t tag, std::string* message) {
+  const int n = getSize();
+  const at::Tensor in = t.coalesce();  // here, in call order after the lane's earlier sums
   const at::Tensor idx = in.indices().contiguous();  // [sparse dims, nnz], int64
   const at::Tensor val = in.values().contiguous();   // [nnz, dense dims...]
   const int64_t nnz = in._nnz();
   at::Tensor mine = at::full({1}, nnz, at::kLong), counts = at::empty({n}, at::kLong);
-  loomResult_t r = loomAllGather(mine.data_ptr(), counts.data_ptr(), 1, loomInt64, comm, nullptr);
+  loomResult_t r = laneStep(
+      [&](loomComm_t lane) {
+        const loomResult_t r = loomCommSetOpTag(lane, tag);  // loom-trace numbers it as torch
+        if (r != loomSuccess) return r;
+        return loomAllGather(mine.data_ptr(), counts.data_ptr(), 1, loomInt64, lane, nullptr);
+      },
+      message);
   if (r != loomSuccess) return r;
   const int64_t most = counts.max().item<int64_t>();
   at::Tensor idxPad = at::zeros({idx.size(0), most}, idx.options());
@@ -188,16 +191,19 @@ loomResult_t sumSparse(loomComm_t comm, int n, const at::Tensor& in, at::Tensor&
   at::Tensor idxAll = at::empty({n, idx.size(0), most}, idx.options());
   shape.insert(shape.begin(), n);
   at::Tensor valAll = at::empty(shape, val.options());
-  r = loomGroupStart();
-  if (r != loomSuccess) return r;
-  const loomResult_t a =
-      loomAllGather(idxPad.data_ptr(), idxAll.data_ptr(), bytes(idxPad), loomUint8, comm, nullptr);
-  const loomResult_t b = a != loomSuccess ? a
-                                          : loomAllGather(valPad.data_ptr(), valAll.data_ptr(),
-                                                          bytes(valPad), loomUint8, comm, nullptr);
-  r = loomGroupEnd();
-  if (a != loomSuccess) return a;
-  if (b != loomSuccess) return b;
+  r = laneStep(
+      [&](loomComm_t lane) {
+        loomResult_t g = loomGroupStart();
+        if (g != loomSuccess) return g;
+        loomResult_t a = loomAllGather(idxPad.data_ptr(), idxAll.data_ptr(), bytes(idxPad),
+                                       loomUint8, lane, nullptr);
+        if (a == loomSuccess || a == loomInProgress)
+          a = loomAllGather(valPad.data_ptr(), valAll.data_ptr(), bytes(valPad), loomUint8, lane,
+                            nullptr);
+        g = loomGroupEnd();
+        return a == loomSuccess || a == loomInProgress ? g : a;
+      },
+      message);
   if (r != loomSuccess) return r;
   std::vector<at::Tensor> idxs, vals;
   for (int q = 0; q < n; ++q) {
@@ -209,38 +215,29 @@ loomResult_t sumSparse(loomComm_t comm, int n, const at::Tensor& in, at::Tensor&
   return loomSuccess;
 }
 
-}  // namespace
-
 WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
   if (comm_ == nullptr) fail("the process group was shut down or aborted");
   if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) fail("op: a sparse all-reduce sums (SUM only)");
   if (!t.device().is_cpu()) fail("tensors[0]: a sparse tensor on " + t.device().str());
-  if (sparseComm_.load() == nullptr) {  // the first one: every rank makes the lane here
-    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-    cfg.blocking = 1;
-    cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
-    cfg.commName = "torch sparse";
-    loomComm_t lane = nullptr;
-    check(loomCommSplit(comm_, 0, getRank(), &lane, &cfg), "loomCommSplit");
-    sparseComm_ = lane;
-  }
-  const at::Tensor in = t.coalesce();  // the input as it is now
   auto w = c10::make_intrusive<LoomWork>(this, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t},
                                          nullptr, std::vector<at::Tensor>{});
   w->setExternal();
   w->setTicket(0, ++seq_);
-  const int n = getSize();
   const uint64_t tag = seq_;
-  toSparseLane([this, w, in, t, n, tag](bool run) mutable {
+  toSparseLane([this, w, t, tag](bool run) mutable {
     if (!run) {
       w->complete(loomRemoteError, "the process group was aborted before the operation ran");
       return;
     }
-    const loomComm_t lane = sparseComm_.load();
-    loomResult_t r = loomCommSetOpTag(lane, tag);  // loom-trace numbers it as torch does
+    std::string message;
     try {
-      if (r == loomSuccess) r = sumSparse(lane, n, in, t);
-      w->completeFrom(r);
+      loomResult_t r = openSparseLane(&message);
+      if (r == loomSuccess) r = sumSparse(t, tag, &message);
+      if (r != loomSuccess && sparseLaneAborted()) {  // whatever Loom called the abort
+        r = loomRemoteError;
+        message = "the process group was aborted: " + message;
+      }
+      w->complete(r, message);
     } catch (const std::exception& e) {
       w->complete(loomInternalError, e.what());
     }
