@@ -25,6 +25,7 @@ class ReduceOp(enum.IntEnum):
 _OP_NAMES = {"sum": ReduceOp.SUM, "prod": ReduceOp.PROD, "product": ReduceOp.PROD,
              "max": ReduceOp.MAX, "min": ReduceOp.MIN, "avg": ReduceOp.AVG, "mean": ReduceOp.AVG,
              "band": ReduceOp.BAND, "bor": ReduceOp.BOR, "bxor": ReduceOp.BXOR}
+_OP_VALUES = frozenset(int(o) for o in ReduceOp)
 
 
 def _op(op):
@@ -34,7 +35,7 @@ def _op(op):
         return int(op)
     if isinstance(op, str) and op.lower() in _OP_NAMES:
         return int(_OP_NAMES[op.lower()])
-    if isinstance(op, int) and not isinstance(op, bool) and op in ReduceOp._value2member_map_:
+    if isinstance(op, int) and not isinstance(op, bool) and op in _OP_VALUES:
         return op
     raise LoomError(INVALID_ARGUMENT, "op: %r is not a reduction (sum, prod, max, min, avg, "
                     "band, bor, bxor, a ReduceOp or a PreMulSum)" % (op,))
