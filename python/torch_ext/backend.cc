@@ -172,22 +172,12 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
       timeoutMs_(timeout.count()),
       createdTimeoutMs_(std::min<int64_t>(timeout.count(), INT32_MAX)),
       store_(store) {
-  const std::string key = "loom_unique_id";
   loomUniqueId id;
-  if (rank == 0) {
-    check(loomGetUniqueId(&id), "loomGetUniqueId");
-    const auto* p = reinterpret_cast<const uint8_t*>(&id);
-    store->set(key, std::vector<uint8_t>(p, p + sizeof(id)));
-  } else {
-    const std::vector<uint8_t> v = store->get(key);
-    if (v.size() != sizeof(id))
-      fail("the store's unique id has " + std::to_string(v.size()) + " bytes");
-    std::memcpy(&id, v.data(), sizeof(id));
-  }
-  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
-  cfg.commName = "torch";
+  std::string message;
+  const loomResult_t shared = shareId("loom_unique_id", &id, nullptr, &message);
+  if (shared != loomSuccess)
+    fail("rank " + std::to_string(rank) + ": " + loomGetErrorString(shared) + ": " + message);
+  loomConfig_t cfg = configNamed("torch");
   loomComm_t comm = nullptr;
   check(loomCommInitRankConfig(&comm, size, id, rank, &cfg), "loomCommInitRankConfig");
   comm_ = comm;
@@ -386,6 +376,58 @@ void LoomBackend::stopSparseLane(bool aborted) {
   if (lane != nullptr) (void)loomCommDestroy(lane);
 }
 
+loomConfig_t LoomBackend::configNamed(const char* name) const {
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
+  cfg.commName = name;
+  return cfg;
+}
+
+loomResult_t LoomBackend::shareId(const std::string& key, loomUniqueId* id,
+                                  const std::function<bool()>& aborted, std::string* message) {
+  try {
+    if (getRank() == 0) {
+      const loomResult_t r = loomGetUniqueId(id);
+      if (r != loomSuccess) {
+        *message = loomGetLastError(nullptr);
+        return r;
+      }
+      const auto* p = reinterpret_cast<const uint8_t*>(id);
+      store_->set(key, std::vector<uint8_t>(p, p + sizeof(*id)));
+      return loomSuccess;
+    }
+    // In slices, so that an abort ends the wait.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(createdTimeoutMs_);
+    for (;;) {
+      if (aborted && aborted()) {
+        *message = "the process group was aborted";
+        return loomRemoteError;
+      }
+      try {
+        store_->wait({key}, std::chrono::milliseconds(100));
+        break;
+      } catch (const c10::Error&) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          *message = "rank 0 did not publish " + key + " in the group's store within the timeout";
+          return loomTimeout;
+        }
+      }
+    }
+    const std::vector<uint8_t> v = store_->get(key);
+    if (v.size() != sizeof(*id)) {
+      *message = "the store's " + key + " has " + std::to_string(v.size()) + " bytes";
+      return loomInternalError;
+    }
+    std::memcpy(id, v.data(), sizeof(*id));
+    return loomSuccess;
+  } catch (const std::exception& e) {
+    *message = std::string("the group's store: ") + e.what();
+    return loomSystemError;
+  }
+}
+
 loomResult_t LoomBackend::openSparseLane(std::string* message) {
   if (laneOpened_) {
     if (sparseComm_.load() != nullptr) return loomSuccess;
@@ -394,50 +436,10 @@ loomResult_t LoomBackend::openSparseLane(std::string* message) {
   }
   laneOpened_ = true;
   auto aborted = [this] { return sparseLaneAborted(); };
-  const std::string key = "loom_sparse_lane_id";
   loomUniqueId id;
-  try {
-    if (getRank() == 0) {
-      const loomResult_t r = loomGetUniqueId(&id);
-      if (r != loomSuccess) {
-        *message = loomGetLastError(nullptr);
-        return r;
-      }
-      const auto* p = reinterpret_cast<const uint8_t*>(&id);
-      store_->set(key, std::vector<uint8_t>(p, p + sizeof(id)));
-    } else {  // waits in slices, so that an abort ends it
-      const auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(createdTimeoutMs_);
-      for (;;) {
-        if (aborted()) {
-          *message = "the process group was aborted";
-          return loomRemoteError;
-        }
-        try {
-          store_->wait({key}, std::chrono::milliseconds(100));
-          break;
-        } catch (const c10::Error&) {
-          if (std::chrono::steady_clock::now() > deadline) {
-            *message = "rank 0 did not publish the sparse lane's id within the timeout";
-            return loomTimeout;
-          }
-        }
-      }
-      const std::vector<uint8_t> v = store_->get(key);
-      if (v.size() != sizeof(id)) {
-        *message = "the store's sparse lane id has " + std::to_string(v.size()) + " bytes";
-        return loomInternalError;
-      }
-      std::memcpy(&id, v.data(), sizeof(id));
-    }
-  } catch (const std::exception& e) {
-    *message = std::string("the group's store: ") + e.what();
-    return loomSystemError;
-  }
-  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  cfg.timeoutMs = static_cast<int>(createdTimeoutMs_);
-  cfg.commName = "torch sparse";
+  const loomResult_t shared = shareId("loom_sparse_lane_id", &id, aborted, message);
+  if (shared != loomSuccess) return shared;
+  loomConfig_t cfg = configNamed("torch sparse");
   loomComm_t lane = nullptr;
   {
     std::lock_guard<std::mutex> lock(laneMutex_);

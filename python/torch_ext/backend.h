@@ -200,6 +200,12 @@ class LoomBackend : public c10d::Backend {
     std::lock_guard<std::mutex> lock(sm_);
     return sparseAborted_;
   }
+  // The id of a communicator of this group, made by rank 0 and published in the group's store
+  // under key; the others wait for it in slices (up to the timeout, or until aborted() says so).
+  loomResult_t shareId(const std::string& key, loomUniqueId* id,
+                       const std::function<bool()>& aborted, std::string* message);
+  // A non-blocking configuration with the group's timeout.
+  loomConfig_t configNamed(const char* name) const;
   // On the lane's thread: joins the lane's communicator, once.
   loomResult_t openSparseLane(std::string* message);
   // On the lane's thread: issue() makes Loom calls on the lane's communicator under laneMutex_
