@@ -15,6 +15,7 @@ The module is looked for at $LOOM_TORCH_EXTENSION (a file), else beside the
 libloom.so.0 that the loom package loads (a build tree), else on sys.path.
 """
 
+import atexit
 import glob
 import importlib.machinery
 import importlib.util
@@ -56,6 +57,9 @@ def _load_extension():
 
 
 _ext = _load_extension()
+# A backend whose last reference went in a future's callback was ended on one of its own
+# threads, which finishes after that callback: joined here, before the interpreter finalises.
+atexit.register(_ext.join_stopped_threads)
 
 
 def _create(store, rank, size, timeout):

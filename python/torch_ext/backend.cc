@@ -22,6 +22,48 @@ std::exception_ptr backendError(const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+// Threads stopped from inside: each finds its queue stopping when the call that stopped it
+// returns, and ends. Joined at the interpreter's exit (a thread still returning from a future's
+// callback takes the GIL, which it must not do once the interpreter is finalising).
+struct Stopped {
+  std::mutex m;
+  std::vector<std::thread> threads;
+};
+Stopped& stopped() {
+  // Never destroyed: a joinable thread left in it at exit (an embedder that never called
+  // joinStoppedThreads) must not reach std::thread's destructor.
+  static Stopped* s = new Stopped;
+  return *s;
+}
+
+}  // namespace
+
+void stopThread(std::thread& t) {
+  if (!t.joinable()) return;
+  if (t.get_id() != std::this_thread::get_id()) {
+    t.join();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(stopped().m);
+  stopped().threads.push_back(std::move(t));
+}
+
+void joinStoppedThreads() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(stopped().m);
+    threads.swap(stopped().threads);
+  }
+  for (std::thread& t : threads) {
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();
+    else
+      t.join();
+  }
+}
+
 // ---- LoomWork ----
 
 LoomWork::LoomWork(LoomBackend* backend, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -206,11 +248,11 @@ LoomBackend::~LoomBackend() {
 
 void LoomBackend::stopCompletion() {
   {
-    std::lock_guard<std::mutex> lock(cm_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(completion_->m);
+    completion_->stopping = true;
   }
-  ccv_.notify_all();
-  if (completer_.joinable()) completer_.join();
+  completion_->cv.notify_all();
+  stopThread(completer_);
 }
 
 void LoomBackend::shutdown() {
@@ -258,8 +300,8 @@ void LoomBackend::track(c10::intrusive_ptr<LoomWork> w) {
 }
 
 void LoomBackend::sweep() {
-  // A work is never freed under im_ or cm_: freeing its tensors may take the GIL, and a thread
-  // holding the GIL may be waiting for that lock (a DDP communication hook asking a future).
+  // A work is never freed under im_ or a queue's lock: freeing its tensors may take the GIL, and a
+  // thread holding the GIL may be waiting for that lock (a DDP communication hook asking a future).
   // The sweep completes works without futures only (a copy-out at most), and outside the
   // lock; the completion thread completes the others.
   auto finished = [](const c10::intrusive_ptr<LoomWork>& w) {
@@ -336,42 +378,54 @@ std::string LoomBackend::describe(loomResult_t r, const std::string& message,
 // ---- The sparse lane ----
 
 void LoomBackend::toSparseLane(std::function<void(bool run)> task) {
-  std::lock_guard<std::mutex> lock(sm_);
-  if (sparseStopping_) fail("the process group was shut down or aborted");
-  if (!sparseWorker_.joinable()) sparseWorker_ = std::thread([this] { sparseLoop(); });
-  sparseTasks_.push_back(std::move(task));
-  scv_.notify_all();
+  std::lock_guard<std::mutex> lock(lane_->m);
+  if (lane_->stopping) fail("the process group was shut down or aborted");
+  if (!sparseWorker_.joinable()) sparseWorker_ = std::thread([lane = lane_] { sparseLoop(lane); });
+  lane_->queue.push_back(std::move(task));
+  lane_->cv.notify_all();
 }
 
-void LoomBackend::sparseLoop() {
-  for (;;) {
-    std::function<void(bool)> task;  // freed after the lock (its tensors; see sweep)
-    bool run = true;
-    {
-      std::unique_lock<std::mutex> lock(sm_);
-      scv_.wait(lock, [this] { return sparseStopping_ || !sparseTasks_.empty(); });
-      if (sparseTasks_.empty()) return;  // stopping, and every task has run
-      task = std::move(sparseTasks_.front());
-      sparseTasks_.pop_front();
-      run = !sparseAborted_;
-    }
-    task(run);
-  }
+namespace {
+
+// The next task of the lane (empty once it is stopping and every task has run), and whether to
+// run it (else fail it).
+std::function<void(bool)> nextTask(LaneQueue& lane, bool wait, bool* run) {
+  std::unique_lock<std::mutex> lock(lane.m);
+  if (wait) lane.cv.wait(lock, [&] { return lane.stopping || !lane.queue.empty(); });
+  if (lane.queue.empty()) return nullptr;
+  std::function<void(bool)> task = std::move(lane.queue.front());
+  lane.queue.pop_front();
+  *run = !lane.aborted;
+  return task;
+}
+
+}  // namespace
+
+void LoomBackend::sparseLoop(const std::shared_ptr<LaneQueue>& lane) {
+  bool run = true;
+  // Each task is freed after the lock (its tensors; see sweep).
+  while (std::function<void(bool)> task = nextTask(*lane, true, &run)) task(run);
 }
 
 void LoomBackend::stopSparseLane(bool aborted) {
   {
-    std::lock_guard<std::mutex> lock(sm_);
-    sparseStopping_ = true;
-    sparseAborted_ = sparseAborted_ || aborted;
+    std::lock_guard<std::mutex> lock(lane_->m);
+    lane_->stopping = true;
+    lane_->aborted = lane_->aborted || aborted;
   }
-  scv_.notify_all();
+  lane_->cv.notify_all();
+  // On the lane's own thread (a task's future callback is ending the group), the tasks behind
+  // that one run here, since the thread is not joined.
+  if (sparseWorker_.joinable() && sparseWorker_.get_id() == std::this_thread::get_id()) {
+    bool run = true;
+    while (std::function<void(bool)> task = nextTask(*lane_, false, &run)) task(run);
+  }
   if (aborted) {  // ends the running task's wait; its calls are never under way meanwhile
     std::lock_guard<std::mutex> lock(laneMutex_);
     const loomComm_t lane = sparseComm_.exchange(nullptr);
     if (lane != nullptr) (void)loomCommAbort(lane);
   }
-  if (sparseWorker_.joinable()) sparseWorker_.join();
+  stopThread(sparseWorker_);
   const loomComm_t lane = sparseComm_.exchange(nullptr);
   if (lane != nullptr) (void)loomCommDestroy(lane);
 }
@@ -487,39 +541,48 @@ loomResult_t LoomBackend::laneStep(const std::function<loomResult_t(loomComm_t)>
 // ---- Completion ----
 
 void LoomBackend::completeInBackground(c10::intrusive_ptr<LoomWork> work) {
-  std::lock_guard<std::mutex> lock(cm_);
+  Served<c10::intrusive_ptr<LoomWork>>& c = *completion_;
+  std::lock_guard<std::mutex> lock(c.m);
   // Once shutdown() or abort() has begun, settleAll completes every work (and its future).
-  if (stopping_) return;
+  if (c.stopping) return;
   if (!completer_.joinable()) {
     const loomComm_t comm = comm_;
-    completer_ = std::thread([this, comm] { completionLoop(comm); });
+    completer_ = std::thread([c = completion_, comm] { completionLoop(c, comm); });
   }
-  pending_.push_back(std::move(work));
-  ccv_.notify_all();
+  c.queue.push_back(std::move(work));
+  c.cv.notify_all();
 }
 
-void LoomBackend::completionLoop(loomComm_t comm) {
+void LoomBackend::completionLoop(const std::shared_ptr<Served<c10::intrusive_ptr<LoomWork>>>& c,
+                                 loomComm_t comm) {
+  std::deque<c10::intrusive_ptr<LoomWork>>& pending = c->queue;
   for (;;) {
     // Declared before the lock, so that works are freed after it (see sweep).
     std::vector<c10::intrusive_ptr<LoomWork>> done;
     c10::intrusive_ptr<LoomWork> w;
     {
-      std::unique_lock<std::mutex> lock(cm_);
-      ccv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      std::unique_lock<std::mutex> lock(c->m);
+      c->cv.wait(lock, [&] { return c->stopping || !pending.empty(); });
+      if (c->stopping) {  // shutdown and abort have settled the works; the communicator may be gone
+        done.assign(pending.begin(), pending.end());
+        pending.clear();
+        lock.unlock();
+        for (const auto& x : done)
+          x->complete(loomRemoteError,
+                      "the process group was shut down before the operation ended");
+        return;
+      }
       // Works completed elsewhere (wait(), the sweep, settleAll) leave the queue.
-      for (auto it = pending_.begin(); it != pending_.end();) {
+      for (auto it = pending.begin(); it != pending.end();) {
         if ((*it)->settled()) {
           done.push_back(std::move(*it));
-          it = pending_.erase(it);
+          it = pending.erase(it);
         } else {
           ++it;
         }
       }
-      if (pending_.empty()) {
-        if (stopping_) return;
-        continue;
-      }
-      w = pending_.front();
+      if (pending.empty()) continue;
+      w = pending.front();
     }
     // Operations finish in ticket order, each bounded by the group's timeout, except receives,
     // which may finish after operations queued later: behind a waiting receive the others are
@@ -531,12 +594,8 @@ void LoomBackend::completionLoop(loomComm_t comm) {
     }
     std::vector<c10::intrusive_ptr<LoomWork>> rest;
     {
-      std::lock_guard<std::mutex> lock(cm_);
-      if (stopping_) {
-        w->complete(loomRemoteError, "the process group was shut down before the operation ended");
-        continue;
-      }
-      if (w->isReceive()) rest.assign(pending_.begin() + 1, pending_.end());
+      std::lock_guard<std::mutex> lock(c->m);
+      if (w->isReceive() && !c->stopping) rest.assign(pending.begin() + 1, pending.end());
     }
     for (const auto& x : rest) {
       const loomResult_t rx = loomCommWaitTicket(comm, x->ticket(), 0);

@@ -41,6 +41,26 @@ namespace loom::torchext {
 
 class LoomBackend;
 
+// The queue of a thread the backend starts (the completion thread, the sparse lane). The thread
+// shares it with the backend, and touches nothing else of the backend between items: a future's
+// callback on that thread may drop the last reference to the backend, whose destructor then
+// stops the thread without joining it (see stopThread), and the thread finds stopping set here.
+template <typename T>
+struct Served {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<T> queue;
+  bool stopping = false;
+};
+struct LaneQueue : Served<std::function<void(bool)>> {
+  bool aborted = false;  // the queued tasks fail instead of running
+};
+// Joins t; on t's own thread (a backend destroyed or shut down there), keeps it for
+// joinStoppedThreads instead.
+void stopThread(std::thread& t);
+// Joins the threads stopped from inside; called at the interpreter's exit, without the GIL.
+void joinStoppedThreads();
+
 class LoomWork : public c10d::Work {
  public:
   LoomWork(LoomBackend* backend, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -195,10 +215,10 @@ class LoomBackend : public c10d::Backend {
   // dependent steps. The first one opens the lane's communicator there (rank 0 publishes its id
   // in the group's store), so the caller never waits for it.
   void toSparseLane(std::function<void(bool run)> task);
-  void sparseLoop();
+  static void sparseLoop(const std::shared_ptr<LaneQueue>& lane);
   bool sparseLaneAborted() {
-    std::lock_guard<std::mutex> lock(sm_);
-    return sparseAborted_;
+    std::lock_guard<std::mutex> lock(lane_->m);
+    return lane_->aborted;
   }
   // The id of a communicator of this group, made by rank 0 and published in the group's store
   // under key; the others wait for it in slices (up to the timeout, or until aborted() says so).
@@ -220,7 +240,8 @@ class LoomBackend : public c10d::Backend {
   void stopSparseLane(bool aborted);
   // recv and recvAnysource (src LOOM_ANY_SOURCE): tagged messages, each tensor one.
   Work receive(std::vector<at::Tensor>& tensors, int src, int tag);
-  void completionLoop(loomComm_t comm);
+  static void completionLoop(const std::shared_ptr<Served<c10::intrusive_ptr<LoomWork>>>& c,
+                             loomComm_t comm);
   void stopCompletion();
   // Holds w until its operation has finished (enqueue sweeps the finished ones first).
   void track(c10::intrusive_ptr<LoomWork> w);
@@ -242,21 +263,17 @@ class LoomBackend : public c10d::Backend {
   std::vector<c10::intrusive_ptr<LoomWork>> coalesced_;
   std::map<std::pair<int, double>, loomRedOp_t> premul_;  // (dtype, factor) -> op
 
-  std::mutex sm_;  // the sparse lane's queue
-  std::condition_variable scv_;
-  std::deque<std::function<void(bool)>> sparseTasks_;  // argument: run (false: fail it)
-  bool sparseStopping_ = false;
-  bool sparseAborted_ = false;
+  // The sparse lane's tasks (argument: run; false: fail it).
+  std::shared_ptr<LaneQueue> lane_ = std::make_shared<LaneQueue>();
   std::mutex laneMutex_;  // calls on sparseComm_, and its abort
   std::atomic<loomComm_t> sparseComm_{nullptr};
   bool laneOpened_ = false;  // the lane's thread only
   std::thread sparseWorker_;
   c10::intrusive_ptr<c10d::Store> store_;
 
-  std::mutex cm_;
-  std::condition_variable ccv_;
-  std::deque<c10::intrusive_ptr<LoomWork>> pending_;
-  bool stopping_ = false;
+  // The works whose futures the completion thread completes.
+  std::shared_ptr<Served<c10::intrusive_ptr<LoomWork>>> completion_ =
+      std::make_shared<Served<c10::intrusive_ptr<LoomWork>>>();
   std::thread completer_;
 };
 

@@ -219,6 +219,8 @@ WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions
   if (comm_ == nullptr) fail("the process group was shut down or aborted");
   if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) fail("op: a sparse all-reduce sums (SUM only)");
   if (!t.device().is_cpu()) fail("tensors[0]: a sparse tensor on " + t.device().str());
+  // The block's work could not include it: it runs on the sparse lane, not in the block's group.
+  if (coalescing_) fail("tensors[0]: a sparse all-reduce inside a coalescing block");
   auto w = c10::make_intrusive<LoomWork>(this, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t},
                                          nullptr, std::vector<at::Tensor>{});
   w->setExternal();

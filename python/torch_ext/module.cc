@@ -21,4 +21,8 @@ PYBIND11_MODULE(_loom_torch, m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::call_guard<py::gil_scoped_release>(),
       "A loom backend joining the group whose rank 0 publishes Loom's unique id in store.");
+  m.def("join_stopped_threads", &loom::torchext::joinStoppedThreads,
+        py::call_guard<py::gil_scoped_release>(),
+        "Joins the backend threads that a future's callback stopped (python/loom/torch.py calls "
+        "it at exit).");
 }

@@ -458,6 +458,7 @@ def check():
         c.run("dropped irecv and isend", lambda: dropped_p2p(c, rank, world))
         c.run("mixed layouts", lambda: mixed_layouts(c, rank, world))
         c.run("argument errors", lambda: argument_errors(c, rank, world))
+        c.run("backend ended in a callback", lambda: ended_in_callback(c, rank, world))
     groups(c, rank, world)
     return {"checks": c.checks, "failures": c.failures, "errors": c.errors}
 
@@ -599,10 +600,57 @@ def argument_errors(c, rank, world):
                                                            op=premul), "PREMUL_SUM")
     refused("band of float32", lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),
             "BAND of Float")
+    # Inside a block (the backend's own coalescing, as with a device given): a sparse all-reduce
+    # runs apart from the block's calls, so the block's Work could not cover it. (torch's
+    # all_reduce defers to the block's end; the group's own call reaches the backend at once.)
+    d = val(rank, N, torch.float32)
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        refused("sparse all_reduce in a coalescing block",
+                lambda: dist.group.WORLD.allreduce([torch.ones(4).to_sparse()]),
+                "inside a coalescing block")
+        dist.all_reduce(d)
+    cm.wait()
+    c.expect("the block's all_reduce beside the refused sparse one", d,
+             stack([val(r, N, torch.float32) for r in range(world)]).sum(0))
     t = val(rank, N, torch.float32)
     dist.all_reduce(t)
     c.expect("all_reduce after refused calls", t,
              stack([val(r, N, torch.float32) for r in range(world)]).sum(0))
+
+
+def ended_in_callback(c, rank, world):
+    """loom only: a future's callback that drops the last reference to its backend ends the
+    backend on the thread that completes the future (the completion thread; the sparse lane),
+    which must then not join itself. The process goes on, and exits cleanly after."""
+    import datetime
+    import threading
+    import loom.torch
+    store = dist.distributed_c10d._get_default_store()
+    for i, sparse in enumerate((False, True)):
+        be = loom.torch._ext.create_backend(dist.PrefixStore("ended%d" % i, store), rank, world,
+                                            datetime.timedelta(seconds=30))
+        t = torch.ones(8)
+        if sparse:
+            t = t.to_sparse()
+        if rank:
+            time.sleep(0.3)  # so that rank 0's callback runs when the operation ends, not at once
+        fut = be.allreduce([t]).get_future()
+        box = [be]
+        del be
+        threads = []
+
+        def drop(f):
+            threads.append(threading.current_thread() is threading.main_thread())
+            box.clear()  # the backend's last reference
+            return f.value()
+
+        got = fut.then(drop).wait()[0]
+        what = "sparse" if sparse else "dense"
+        c.expect("%s all_reduce whose callback ended its backend" % what,
+                 got.to_dense() if sparse else got, torch.full((8,), float(world)))
+        if rank == 0:
+            c.expect("%s: the callback ran off the main thread" % what, torch.tensor(threads),
+                     torch.tensor([False]))
 
 
 def mem_alloc(c, rank, world):
