@@ -201,7 +201,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 loomResult_t loomCommShrink(loomComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             loomComm_t* newcomm, loomConfig_t* config, int shrinkFlags);
 
-/// Completes outstanding operations; the communicator can then only be destroyed.
+/// Completes outstanding operations; the communicator can then only be destroyed: operations,
+/// splits, shrinks and registrations started after it fail with loomInvalidUsage.
 loomResult_t loomCommFinalize(loomComm_t comm);
 
 /// Frees the communicator. comm must not be used afterwards.

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -118,6 +120,16 @@ Status checkRank(int r, int n, const char* arg) {
   return Status::ok();
 }
 
+// A communicator's size, checked before anything is sized by it.
+Status checkRankCount(int n, const char* what) {
+  if (n < 1) return LOOM_ERROR(loomInvalidArgument, std::string(what) + ": " + str(n) + " < 1");
+  if (n > bootstrap::kMaxRanks)
+    return LOOM_ERROR(loomInvalidArgument, std::string(what) + ": " + str(n) +
+                                               " ranks, more than Loom's limit of " +
+                                               str(bootstrap::kMaxRanks));
+  return Status::ok();
+}
+
 // Checks shared by every collective; returns the communicator.
 Result<Comm*> checkCommon(loomComm* h, loomDataType_t dt) {
   LOOM_ASSIGN(Comm * comm, lookup(h));
@@ -129,7 +141,7 @@ Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
                 const loomConfig_t* config, int cudaDev) {
   if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "comm: NULL output pointer");
   *out = nullptr;
-  if (nranks < 1) return LOOM_ERROR(loomInvalidArgument, "nranks: " + str(nranks) + " < 1");
+  LOOM_CHECK(checkRankCount(nranks, "nranks"));
   LOOM_CHECK(checkRank(rank, nranks, "rank"));
   LOOM_ASSIGN(auto parsed, bootstrap::parseUniqueId(id));
   (void)parsed;
@@ -150,6 +162,13 @@ void publish(loomComm* h, std::unique_ptr<Comm> impl) {
 }
 
 }  // namespace
+
+Status checkNotFinalized(const loomComm* h) {
+  if (h->finalized.load(std::memory_order_relaxed))
+    return LOOM_ERROR(loomInvalidUsage,
+                      "comm: finalized by loomCommFinalize; it can only be destroyed now");
+  return Status::ok();
+}
 
 void setLastError(const std::string& message) { tLastError = message; }
 
@@ -209,9 +228,10 @@ Result<Comm*> lookup(loomComm* c, const char* argName) {
 }
 
 Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
-                const CommOptions& opts) {
+                const CommOptions& opts, const loomComm* parent) {
   if (opts.blocking) {
-    LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts));
+    LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts,
+                                        parent != nullptr ? &parent->abortRequested : nullptr));
     LOOM_CHECK(calibrate(*impl));
     auto* h = new loomComm();
     h->impl = std::move(impl);
@@ -288,18 +308,43 @@ Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
 
 Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr) return LOOM_ERROR(loomInvalidArgument, "comms: NULL");
-  if (ndev < 1) return LOOM_ERROR(loomInvalidArgument, "ndev: " + str(ndev) + " < 1");
+  LOOM_CHECK(checkRankCount(ndev, "ndev"));
   loomUniqueId id;
   LOOM_CHECK(bootstrap::makeLocalUniqueId(&id));
   std::vector<Status> results(static_cast<size_t>(ndev));
   std::vector<std::thread> threads;
+  // The ranks start once every thread exists: a thread the system refuses ends the call before
+  // any rank waits for it.
+  std::mutex gateMutex;
+  std::condition_variable gate;
+  int go = 0;  // 1: run; -1: a thread could not start
+  auto open = [&](int value) {
+    {
+      std::lock_guard<std::mutex> lock(gateMutex);
+      go = value;
+    }
+    gate.notify_all();
+  };
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
   for (int i = 0; i < ndev; ++i) {
-    comms[i] = nullptr;
-    threads.emplace_back([&, i] {
-      results[static_cast<size_t>(i)] =
-          initRank(&comms[i], ndev, id, i, nullptr, devlist != nullptr ? devlist[i] : -1);
-    });
+    try {
+      threads.emplace_back([&, i] {
+        {
+          std::unique_lock<std::mutex> lock(gateMutex);
+          gate.wait(lock, [&] { return go != 0; });
+          if (go < 0) return;
+        }
+        results[static_cast<size_t>(i)] =
+            initRank(&comms[i], ndev, id, i, nullptr, devlist != nullptr ? devlist[i] : -1);
+      });
+    } catch (const std::system_error& e) {
+      open(-1);
+      for (auto& t : threads) t.join();
+      return LOOM_ERROR(loomSystemError, "ndev: " + str(ndev) + " ranks, but thread " + str(i) +
+                                             " could not start: " + e.what());
+    }
   }
+  open(1);
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].isOk()) continue;
@@ -318,6 +363,7 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   LOOM_ASSIGN(Comm * comm, lookup(h));
   if (newcomm == nullptr) return LOOM_ERROR(loomInvalidArgument, "newcomm: NULL");
   *newcomm = nullptr;
+  LOOM_CHECK(checkNotFinalized(h));
   if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
     return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
   LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
@@ -348,7 +394,7 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), comm->rank()) - members.begin());
   return initComm(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])],
-                  newRank, opts);
+                  newRank, opts, h);
 }
 
 Status destroy(loomComm* h, bool abort) {
@@ -628,6 +674,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 loomResult_t loomCommFinalize(loomComm_t comm) {
   return guard("loomCommFinalize", [&]() -> Status {
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));
+    comm->finalized.store(true);
     if (comm->worker && comm->worker->busy()) return loom::api::inProgress();
     std::lock_guard<loom::FutexMutex> lock(c->opMutex());
     return c->asyncError();
@@ -761,6 +808,7 @@ loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size, vo
     LOOM_ASSIGN(loom::Comm * c, lookup(comm));
     if (handle == nullptr) return LOOM_ERROR(loomInvalidArgument, "handle: NULL");
     *handle = nullptr;
+    LOOM_CHECK(loom::api::checkNotFinalized(comm));
     if (buff == nullptr) return LOOM_ERROR(loomInvalidArgument, "buff: NULL");
     if (size == 0) return LOOM_ERROR(loomInvalidArgument, "size: 0");
     LOOM_ASSIGN(*handle, c->registerBuffer(buff, size));

@@ -20,8 +20,9 @@ struct loomComm {
   std::unique_ptr<loom::Comm> impl;
   std::unique_ptr<loom::api::AsyncWorker> worker;  // non-blocking communicators only
   std::atomic<bool> abortRequested{false};         // loomCommAbort, seen by a running init
-  uint32_t shrinks = 0;   // loomCommShrink calls so far: each derives a different id
-  int64_t timeoutMs = 0;  // the communicator's timeout (loomCommWaitTicket's default)
+  std::atomic<bool> finalized{false};  // loomCommFinalize: no operation may start after it
+  uint32_t shrinks = 0;                // loomCommShrink calls so far: each derives a different id
+  int64_t timeoutMs = 0;               // the communicator's timeout (loomCommWaitTicket's default)
 };
 
 namespace loom::api {
@@ -50,14 +51,18 @@ void unregisterComm(loomComm* c);
 // while a non-blocking communicator still initialises or after its initialisation failed.
 Result<Comm*> lookup(loomComm* c, const char* argName = "comm");
 
-// Creates this rank's communicator with resolved options: at once (blocking), or in the
-// background of a new worker (non-blocking: returns inProgress() with *out already set).
 // loomCommLastTicket and loomCommWaitTicket.
 Status lastTicket(loomComm* h, uint64_t* ticket);
 Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs);
+// Refuses a new operation (or split, shrink, registration) on a finalized communicator.
+Status checkNotFinalized(const loomComm* h);
 
+// Creates this rank's communicator with resolved options: at once (blocking), or in the
+// background of a new worker (non-blocking: returns inProgress() with *out already set).
+// parent: the communicator a split or shrink makes it from, whose loomCommAbort ends a blocking
+// creation (the caller holds parent's operation lock, which the abort waits for).
 Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
-                const CommOptions& opts);
+                const CommOptions& opts, const loomComm* parent = nullptr);
 
 // One queued call: a collective or one side of a send/receive.
 struct Call {

@@ -623,6 +623,7 @@ Status runOne(Comm& comm, const Call& c) {
 }  // namespace
 
 Status submit(Call& call, Comm* comm) {
+  LOOM_CHECK(checkNotFinalized(call.comm));
   call.tag = comm->takeNextTag();
   if (call.kind == Call::Collective && !kernels::isBuiltInOp(static_cast<int>(call.op)) &&
       reduces(call.coll)) {

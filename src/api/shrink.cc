@@ -27,6 +27,7 @@ Status shrink(loomComm* h, const int* exclude, int count, loomComm_t* newcomm,
   LOOM_ASSIGN(Comm * comm, lookup(h));
   if (newcomm == nullptr) return LOOM_ERROR(loomInvalidArgument, "newcomm: NULL");
   *newcomm = nullptr;
+  LOOM_CHECK(checkNotFinalized(h));
   if (flags != LOOM_SHRINK_DEFAULT && flags != LOOM_SHRINK_ABORT)
     return LOOM_ERROR(loomInvalidArgument, "shrinkFlags: " + std::to_string(flags) +
                                                " is not LOOM_SHRINK_DEFAULT or LOOM_SHRINK_ABORT");
@@ -70,7 +71,10 @@ Status shrink(loomComm* h, const int* exclude, int count, loomComm_t* newcomm,
   }
   loomUniqueId id;
   LOOM_CHECK(bootstrap::makeDerivedUniqueId(comm->peer(leader).tcpAddr, text, &id));
-  return initComm(newcomm, stay, id, newRank, opts);
+  // Under the parent's operation lock, so that a loomCommAbort of the parent on another thread
+  // ends a blocking creation (and waits for it) instead of freeing the parent under it.
+  std::lock_guard<FutexMutex> lock(comm->opMutex());
+  return initComm(newcomm, stay, id, newRank, opts, h);
 }
 
 }  // namespace loom::api

@@ -552,8 +552,8 @@ uint64_t Ring::commHash() const {
 
 Status Ring::peerError(int peer, const error_code& ec, const std::string& during) const {
   if (aborted_.load()) {
-    return LOOM_ERROR(loomInternalError,
-                      "bootstrap: rank " + std::to_string(rank_) + " aborted while " + during);
+    return LOOM_ERROR(loomInvalidUsage, "bootstrap: rank " + std::to_string(rank_) +
+                                            " was aborted by loomCommAbort while " + during);
   }
   if (peerClosed(ec)) {
     return LOOM_ERROR(loomRemoteError, "bootstrap: rank " + std::to_string(peer) +

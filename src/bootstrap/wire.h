@@ -172,7 +172,8 @@ inline Status waitFor(asio::io_context& io, const std::function<bool()>& done, c
   io.restart();
   while (!done()) {
     if (lim.isAborted()) {
-      return LOOM_ERROR(loomInternalError, "bootstrap: " + lim.who + " aborted while " + what());
+      return LOOM_ERROR(loomInvalidUsage,
+                        "bootstrap: " + lim.who + " was aborted by loomCommAbort while " + what());
     }
     Clock::time_point now = Clock::now();
     if (now >= lim.deadline) {

@@ -196,7 +196,18 @@ bool topoDisable() {
   static const bool value = toInt("LOOM_TOPO_DISABLE") != 0;
   return value;
 }
-LOOM_ENV_INT(timeoutMs, "LOOM_TIMEOUT_MS")
+int64_t timeoutMs() {
+  // Deadlines are nanoseconds in 64 bits, and a configuration's timeout is an int: a longer
+  // wait (about 24.8 days) is taken as that, not overflowed into none.
+  static const int64_t value = [] {
+    const int64_t v = toInt("LOOM_TIMEOUT_MS");
+    if (v <= INT32_MAX) return v;
+    LOOM_WARN(kEnv, "LOOM_TIMEOUT_MS=%lld is more than %d ms; taking %d", static_cast<long long>(v),
+              INT32_MAX, INT32_MAX);
+    return static_cast<int64_t>(INT32_MAX);
+  }();
+  return value;
+}
 bool cudaIpcDisable() {
   static const bool value = toInt("LOOM_CUDA_IPC_DISABLE") != 0;
   return value;

@@ -5,9 +5,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "util/log.h"
@@ -46,6 +50,31 @@ bool unlinkIfRemovable(const std::string& name, bool sweep) {
   return gone;
 }
 
+// The bytes a new segment on fd can have and still be touched: the file system's free space, and
+// the memory and swap the kernel counts as available. A larger segment would be created without
+// complaint and then end the process (SIGBUS, or the OOM killer) as its pages were touched.
+uint64_t room(int fd) {
+  uint64_t bytes = UINT64_MAX;
+  struct statvfs vfs {};
+  if (fstatvfs(fd, &vfs) == 0) bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[128];
+    unsigned long long kb = 0, memory = 0, swap = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+        memory = kb;
+        found = true;
+      } else if (std::sscanf(line, "SwapFree: %llu kB", &kb) == 1) {
+        swap = kb;
+      }
+    }
+    std::fclose(f);
+    if (found) bytes = std::min<uint64_t>(bytes, (memory + swap) * 1024);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 Result<int> createHeld(const std::string& name, size_t bytes, const char* what) {
@@ -59,6 +88,15 @@ Result<int> createHeld(const std::string& name, size_t bytes, const char* what) 
     return LOOM_ERROR(loomSystemError,
                       std::string(what) + ": shm_open(" + name + "): " + std::strerror(err) +
                           (err == EEXIST ? " (a live process holds a segment of that name)" : ""));
+  }
+  if (const uint64_t can = room(fd); bytes > can) {
+    close(fd);
+    shm_unlink(name.c_str());
+    return LOOM_ERROR(loomSystemError, std::string(what) + ": size " + std::to_string(bytes) +
+                                           " bytes is more than shared memory can hold now (" +
+                                           std::to_string(can) +
+                                           " bytes: the free space of /dev/shm, or the memory "
+                                           "and swap available, whichever is less)");
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -126,27 +127,43 @@ TEST_P(PeerDeathTest, OthersFailFastThenAbortAndDestroy) {
 // exchange (rd, which the tuner takes over TCP at this size) rank 0's whole
 // input is on its way before the abort, and rank 1's all-reduce rightly
 // completes.
+// Runs call on this thread while another thread aborts ctx.comm 0.5 s in; returns call's result,
+// and in *late the seconds from the abort to call's return (or a failed abort: 1e9).
+template <typename F>
+loomResult_t callWhileAborted(RankContext& ctx, const char* what, F call, double* late) {
+  double abortedAt = 0;
+  loomResult_t aborted = loomInternalError;
+  std::thread aborter([&] {
+    usleep(500000);
+    abortedAt = nowSeconds();
+    aborted = loomCommAbort(ctx.comm);
+  });
+  const loomResult_t r = call();
+  const std::string text = r == loomSuccess ? "" : loomGetLastError(nullptr);
+  const double ended = nowSeconds();
+  aborter.join();
+  ctx.comm = nullptr;  // freed by loomCommAbort
+  fprintf(stderr, "rank 0: %s returned %s %.0f ms after the abort: %s; abort: %s\n", what,
+          loomGetErrorString(r), (ended - abortedAt) * 1000, text.c_str(),
+          loomGetErrorString(aborted));
+  *late = aborted == loomSuccess ? ended - abortedAt : 1e9;
+  return r;
+}
+
 int abortRank(RankContext& ctx) {
   constexpr size_t kCount = 1 << 16;
   std::vector<float> x(kCount, 1.0f), y(kCount);
   SharedPage* sh = ctx.shared;
   int failures = 0;
   if (ctx.rank == 0) {
-    double abortedAt = 0;
-    loomResult_t aborted = loomInternalError;
-    std::thread aborter([&] {
-      usleep(500000);
-      abortedAt = nowSeconds();
-      aborted = loomCommAbort(ctx.comm);
-    });
-    loomResult_t r =
-        loomAllReduce(x.data(), y.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr);
-    const double ended = nowSeconds();
-    aborter.join();
-    ctx.comm = nullptr;  // freed by loomCommAbort
-    fprintf(stderr, "rank 0: all-reduce returned %s %.0f ms after the abort; abort: %s\n",
-            loomGetErrorString(r), (ended - abortedAt) * 1000, loomGetErrorString(aborted));
-    if (r == loomSuccess || aborted != loomSuccess || ended - abortedAt > 2.0) ++failures;
+    double late = 0;
+    const loomResult_t r = callWhileAborted(
+        ctx, "all-reduce",
+        [&] {
+          return loomAllReduce(x.data(), y.data(), kCount, loomFloat32, loomSum, ctx.comm, nullptr);
+        },
+        &late);
+    if (r == loomSuccess || late > 2.0) ++failures;
     sh->flag.store(1);
     for (int i = 0; i < 3000 && sh->words[0].load() == 0; ++i) usleep(10000);
   } else {
@@ -177,6 +194,66 @@ TEST_P(PeerDeathTest, AbortFromAnotherThread) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, PeerDeathTest, ::testing::Values(true, false),
                          shmOrTcp<::testing::TestParamInfo<bool>>);
+
+// Rank 0 shrinks or splits its communicator while rank 1, alive, never does; another thread
+// aborts rank 0's communicator, which must end the call at once with the abort's code (a
+// shrink's new communicator used to wait out the whole timeout, and a split's abort was
+// reported as an internal error).
+int abortedWhileMaking(RankContext& ctx, bool shrink) {
+  SharedPage* sh = ctx.shared;
+  int failures = 0;
+  if (ctx.rank == 0) {
+    loomComm_t made = nullptr;
+    double late = 0;
+    const loomResult_t r = callWhileAborted(
+        ctx, shrink ? "shrink" : "split",
+        [&] {
+          return shrink ? loomCommShrink(ctx.comm, nullptr, 0, &made, nullptr, LOOM_SHRINK_DEFAULT)
+                        : loomCommSplit(ctx.comm, 0, 0, &made, nullptr);
+        },
+        &late);
+    if (r != loomInvalidUsage || made != nullptr || late > 2.0) ++failures;
+    sh->flag.store(1);
+  } else {
+    for (int i = 0; i < 3000 && sh->flag.load() == 0; ++i) usleep(10000);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+class AbortWhileMaking : public ::testing::TestWithParam<bool> {};  // true: shrink; false: split
+
+TEST_P(AbortWhileMaking, EndsItAtOnce) {
+  LaunchOptions opts;
+  opts.timeoutMs = 15000;
+  opts.deadlineMs = 60000;
+  const bool shrink = GetParam();
+  LaunchResult res =
+      launch(opts, [shrink](RankContext& ctx) { return abortedWhileMaking(ctx, shrink); });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Calls, AbortWhileMaking, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "shrink" : "split";
+                         });
+
+// A timeout longer than 64-bit nanosecond deadlines can hold is taken as the longest one, not
+// overflowed into none (every wait used to fail at once).
+TEST(Timeouts, AHugeTimeoutIsTakenAsTheLongest) {
+  LaunchOptions opts;
+  opts.deadlineMs = 60000;
+  opts.env.push_back({"LOOM_TIMEOUT_MS", "10000000000000"});
+  LaunchResult res = launch(opts, [](RankContext& ctx) {
+    float x[4] = {1, 2, 3, 4}, y[4] = {};
+    const loomResult_t r = loomAllReduce(x, y, 4, loomFloat32, loomSum, ctx.comm, nullptr);
+    if (r != loomSuccess || y[3] != 4.0f * ctx.nranks) {
+      fprintf(stderr, "all-reduce: %s: %s\n", loomGetErrorString(r), loomGetLastError(ctx.comm));
+      return 1;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
 
 // ---- A peer that is alive but never comes: timeouts ----
 
@@ -417,6 +494,20 @@ int badInitArgs(RankContext& ctx) {
   EXPECT_BAD(c, loomCommInitAll(nullptr, 2, nullptr), "comms");
   loomComm_t comms[2];
   EXPECT_BAD(c, loomCommInitAll(comms, 0, nullptr), "ndev");
+  // Sizes no communicator can have are refused before anything is sized by them (an
+  // INT_MAX-rank table took minutes and gigabytes before failing).
+  EXPECT_BAD(c, loomCommInitRank(&comm, INT_MAX, id, 0), "nranks");
+  EXPECT_BAD(c, loomCommInitRank(&comm, (1 << 20) + 1, id, 0), "nranks");
+  EXPECT_BAD(c, loomCommInitAll(comms, INT_MAX, nullptr), "ndev");
+  {  // shared memory the machine cannot back is refused, not touched until the OOM killer comes
+    void* p = reinterpret_cast<void*>(1);
+    const loomResult_t r = loomMemAlloc(&p, size_t{1} << 50);
+    const char* msg = loomGetLastError(nullptr);
+    if (r != loomSystemError || p != nullptr || !namesWord(msg, "size")) {
+      fprintf(stderr, "loomMemAlloc of 1 PiB: %s, \"%s\"\n", loomGetErrorString(r), msg);
+      ++c.failures;
+    }
+  }
   for (int pos : {0, 5, 9, 40, 100, LOOM_UNIQUE_ID_BYTES - 1}) {
     loomUniqueId bad = id;
     bad.internal[pos] ^= 0x5a;
@@ -433,6 +524,15 @@ int badInitArgs(RankContext& ctx) {
     fprintf(stderr, "init and all-reduce with the good id: %s: %s\n", loomGetErrorString(r),
             loomGetLastError(comm));
     ++c.failures;
+  }
+  // A finalized communicator starts nothing more; it is still destroyed as usual.
+  if (comm != nullptr) {
+    if (loomCommFinalize(comm) != loomSuccess) ++c.failures;
+    EXPECT_BAD(c, loomAllReduce(x, y, 3, loomFloat32, loomSum, comm, nullptr), "finalized");
+    EXPECT_BAD(c, loomBroadcast(x, y, 3, loomFloat32, 0, comm, nullptr), "finalized");
+    loomComm_t sub = nullptr;
+    EXPECT_BAD(c, loomCommSplit(comm, 0, 0, &sub, nullptr), "finalized");
+    if (sub != nullptr) ++c.failures;
   }
   if (comm != nullptr && loomCommDestroy(comm) != loomSuccess) ++c.failures;
   return c.failures == 0 ? 0 : 1;

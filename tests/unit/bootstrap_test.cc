@@ -933,7 +933,7 @@ TEST(BootstrapTest, AbortFlagEndsJoin) {
   Joined j = joinOne(id, 0, 2, 30000, &abortFlag);
   int64_t took = msSince(start);
   setter.join();
-  EXPECT_EQ(j.status.code(), loomInternalError) << j.status.message();
+  EXPECT_EQ(j.status.code(), loomInvalidUsage) << j.status.message();
   EXPECT_LT(took, 1500);
 }
 
@@ -950,7 +950,7 @@ TEST(BootstrapTest, AbortEndsAllGatherAndTellsTheNeighbours) {
   std::this_thread::sleep_for(milliseconds(200));
   ranks[0].boot->abort();
   waiter.join();
-  EXPECT_EQ(gathered.code(), loomInternalError) << gathered.message();
+  EXPECT_EQ(gathered.code(), loomInvalidUsage) << gathered.message();
   EXPECT_LT(msSince(start), 1500);
   // Rank 0's block reached rank 1 before the abort, so rank 1's matching call
   // may still succeed; the next one cannot.
