@@ -167,9 +167,11 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
       backend_->comm(), ticket_,
       groupTimeout ? backend_->groupWaitMs() : static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
   if (r == loomInProgress) std::rethrow_exception(timedOut(ms));
+  // Works before this one have finished too (but receives). Swept first: completing this one
+  // may run a callback that drops the last reference to the backend.
+  backend_->sweep();
   const std::exception_ptr e = completeFrom(r);
   if (e) std::rethrow_exception(e);
-  backend_->sweep();  // works before this one have finished too (but receives)
   return true;
 }
 
@@ -256,7 +258,9 @@ void LoomBackend::stopCompletion() {
 }
 
 void LoomBackend::shutdown() {
-  std::lock_guard<std::mutex> life(life_);
+  std::lock_guard<std::recursive_mutex> life(life_);
+  if (ending_) return;  // called from a callback that the first call runs: that one ends it
+  ending_ = true;
   if (comm_.load() != nullptr) {
     stopSparseLane(false);
     settleAll(false);  // what is queued runs first (each operation is bounded by the timeout)
@@ -269,7 +273,9 @@ void LoomBackend::shutdown() {
 }
 
 void LoomBackend::abort() {
-  std::lock_guard<std::mutex> life(life_);
+  std::lock_guard<std::recursive_mutex> life(life_);
+  if (ending_) return;  // as in shutdown()
+  ending_ = true;
   if (comm_.load() != nullptr) {
     {  // works whose operations finished keep their results (futures' included)
       std::vector<c10::intrusive_ptr<LoomWork>> held;

@@ -254,8 +254,11 @@ class LoomBackend : public c10d::Backend {
   std::atomic<loomComm_t> comm_{nullptr};
   std::atomic<int64_t> timeoutMs_;
   const int64_t createdTimeoutMs_;  // the communicator's own timeout
-  std::mutex life_;                 // shutdown() and abort() one at a time
-  std::mutex im_;                   // inflight_
+  // shutdown() and abort() one at a time; the first ends the group, and a call from a future's
+  // callback that it runs (on its own thread) returns at once.
+  std::recursive_mutex life_;
+  bool ending_ = false;
+  std::mutex im_;  // inflight_
   std::deque<c10::intrusive_ptr<LoomWork>> inflight_;
   uint64_t seq_ = 0;
   uint64_t lastTicket_ = 0;  // of the last operation queued

@@ -163,13 +163,6 @@ void publish(loomComm* h, std::unique_ptr<Comm> impl) {
 
 }  // namespace
 
-Status checkNotFinalized(const loomComm* h) {
-  if (h->finalized.load(std::memory_order_relaxed))
-    return LOOM_ERROR(loomInvalidUsage,
-                      "comm: finalized by loomCommFinalize; it can only be destroyed now");
-  return Status::ok();
-}
-
 void setLastError(const std::string& message) { tLastError = message; }
 
 loomResult_t guardFailed(const char* fn, const Status& s) {

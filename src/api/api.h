@@ -55,7 +55,12 @@ Result<Comm*> lookup(loomComm* c, const char* argName = "comm");
 Status lastTicket(loomComm* h, uint64_t* ticket);
 Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs);
 // Refuses a new operation (or split, shrink, registration) on a finalized communicator.
-Status checkNotFinalized(const loomComm* h);
+inline Status checkNotFinalized(const loomComm* h) {
+  if (h->finalized.load(std::memory_order_relaxed))
+    return LOOM_ERROR(loomInvalidUsage,
+                      "comm: finalized by loomCommFinalize; it can only be destroyed now");
+  return Status::ok();
+}
 
 // Creates this rank's communicator with resolved options: at once (blocking), or in the
 // background of a new worker (non-blocking: returns inProgress() with *out already set).

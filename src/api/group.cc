@@ -652,6 +652,7 @@ Status runGroup(std::vector<Call> calls) {
   bool posted = false;
   for (loomComm* h : order) {
     LOOM_ASSIGN(Comm * c, lookup(h));
+    LOOM_CHECK(checkNotFinalized(h));  // finalized while the group was open
     comms.push_back(c);
   }
   // Non-blocking communicators take their share to their workers; the rest run here.

@@ -46,6 +46,7 @@ class Ring final : public Bootstrap {
   Status allGather(const void* mine, void* all, size_t bytes) override;
   Status barrier() override;
   void abort() override;
+  void setAbortFlag(const std::atomic<bool>* abortFlag) override { abortFlag_ = abortFlag; }
 
  private:
   struct Incoming {
@@ -568,8 +569,8 @@ Status Ring::peerError(int peer, const error_code& ec, const std::string& during
 Status Ring::allGather(const void* mine, void* all, size_t bytes) {
   if (!broken_.isOk()) return broken_;
   if (aborted_.load()) {
-    return fail(
-        LOOM_ERROR(loomInternalError, "bootstrap: rank " + std::to_string(rank_) + " was aborted"));
+    return fail(LOOM_ERROR(loomInvalidUsage, "bootstrap: rank " + std::to_string(rank_) +
+                                                 " was aborted by loomCommAbort"));
   }
   auto* out = static_cast<char*>(all);
   if (bytes == 0) return Status::ok();

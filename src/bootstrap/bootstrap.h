@@ -43,7 +43,7 @@ class Bootstrap {
   // `info` (at most kMaxInfoBytes). Blocks until every rank has joined and the
   // ring is linked, or fails: loomInvalidArgument for a corrupted id,
   // loomTimeout after timeoutMs, loomRemoteError if the root or a ring
-  // neighbour fails, loomInternalError if *abortFlag becomes true.
+  // neighbour fails, loomInvalidUsage if *abortFlag becomes true.
   static Result<std::unique_ptr<Bootstrap>> join(const loomUniqueId& id, int rank, int nranks,
                                                  const std::string& info, int64_t timeoutMs,
                                                  const std::atomic<bool>* abortFlag);
@@ -62,6 +62,9 @@ class Bootstrap {
   virtual Status barrier() = 0;
   // Closes the ring sockets so that neighbours waiting on this rank fail fast.
   virtual void abort() = 0;
+  // The flag whose raising ends the ring's waits from now on, in place of join's (which may
+  // not outlive the set-up: a split's parent's). Called before the ring is shared.
+  virtual void setAbortFlag(const std::atomic<bool>* abortFlag) = 0;
 };
 
 }  // namespace loom::bootstrap

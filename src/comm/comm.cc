@@ -299,6 +299,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
     LOOM_INFO(kTopo, "%s: ring order %s: %s", c->describe().c_str(), text.c_str(), how.c_str());
   }
   LOOM_CHECK(c->bootstrap_->barrier());
+  // externalAbort (the handle's, or a split's parent's) watched the set-up only: from now on
+  // the communicator's own abort ends the ring's waits.
+  c->bootstrap_->setAbortFlag(&c->aborted_);
   LOOM_INFO(kInit, "%s ready: %zu shm peers, %zu ib peers, %zu tcp peers, slot %zu B x %zu",
             c->describe().c_str(), local.size(), ibPeers.size(), tcpPeers.size(), slotBytes, depth);
   return c;

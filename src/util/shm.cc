@@ -56,7 +56,9 @@ bool unlinkIfRemovable(const std::string& name, bool sweep) {
 uint64_t room(int fd) {
   uint64_t bytes = UINT64_MAX;
   struct statvfs vfs {};
-  if (fstatvfs(fd, &vfs) == 0) bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  // A tmpfs without a size limit reports no blocks at all: memory is then its only bound.
+  if (fstatvfs(fd, &vfs) == 0 && vfs.f_blocks != 0)
+    bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (FILE* f = std::fopen("/proc/meminfo", "r")) {
     char line[128];
     unsigned long long kb = 0, memory = 0, swap = 0;

@@ -237,6 +237,29 @@ INSTANTIATE_TEST_SUITE_P(Calls, AbortWhileMaking, ::testing::Values(true, false)
                            return p.param ? "shrink" : "split";
                          });
 
+// A split's child outlives its parent: the parent's abort flag, which ends the child's set-up,
+// is not watched (read) after it (under ASan a read of the freed parent fails this test).
+TEST(Abort, ASplitsChildOutlivesItsParent) {
+  LaunchOptions opts;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, [](RankContext& ctx) {
+    loomComm_t sub = nullptr, sub2 = nullptr;
+    loomResult_t r = loomCommSplit(ctx.comm, 0, ctx.rank, &sub, nullptr);
+    if (r == loomSuccess) r = loomCommDestroy(ctx.comm);
+    ctx.comm = nullptr;
+    if (r == loomSuccess) r = loomCommSplit(sub, 0, ctx.rank, &sub2, nullptr);  // sub's ring
+    float x[4] = {1, 2, 3, 4}, y[4] = {};
+    if (r == loomSuccess) r = loomAllReduce(x, y, 4, loomFloat32, loomSum, sub2, nullptr);
+    if (r != loomSuccess || y[3] != 4.0f * ctx.nranks) {
+      fprintf(stderr, "split, destroy the parent, split the child: %s: %s\n", loomGetErrorString(r),
+              loomGetLastError(nullptr));
+      return 1;
+    }
+    return loomCommDestroy(sub2) == loomSuccess && loomCommDestroy(sub) == loomSuccess ? 0 : 1;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 // A timeout longer than 64-bit nanosecond deadlines can hold is taken as the longest one, not
 // overflowed into none (every wait used to fail at once).
 TEST(Timeouts, AHugeTimeoutIsTakenAsTheLongest) {

@@ -363,7 +363,7 @@ Status exchangeOverLinks(const std::vector<Connection*>& links,
     }
     if (done) return Status::ok();
     if (abortFlag != nullptr && abortFlag->load())
-      return LOOM_ERROR(loomInternalError, "ib connection exchange aborted");
+      return LOOM_ERROR(loomInvalidUsage, "ib connection exchange was aborted by loomCommAbort");
     if (nowNs() > deadlineNs) {
       for (size_t i = 0; i < n; ++i)
         if (!(sent[i] && got[i]))

@@ -99,7 +99,10 @@ void sizeBuffers(int fd) {
 }
 
 Status checkWait(int64_t deadlineNs, const std::atomic<bool>* abortFlag, const char* what) {
-  if (abortFlag != nullptr && abortFlag->load()) return LOOM_ERROR(loomInternalError, "aborted");
+  if (abortFlag != nullptr && abortFlag->load())
+    return LOOM_ERROR(loomInvalidUsage, std::string("TCP transport set-up was aborted by "
+                                                    "loomCommAbort while ") +
+                                            what);
   if (nowNs() > deadlineNs)
     return LOOM_ERROR(loomTimeout, std::string("TCP transport set-up timed out ") + what);
   return Status::ok();
