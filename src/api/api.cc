@@ -6,9 +6,9 @@
 #include <climits>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <new>
-#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -319,6 +319,7 @@ Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
     gate.notify_all();
   };
   for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  threads.reserve(static_cast<size_t>(ndev));
   for (int i = 0; i < ndev; ++i) {
     try {
       threads.emplace_back([&, i] {
@@ -330,7 +331,7 @@ Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
         results[static_cast<size_t>(i)] =
             initRank(&comms[i], ndev, id, i, nullptr, devlist != nullptr ? devlist[i] : -1);
       });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc
       open(-1);
       for (auto& t : threads) t.join();
       return LOOM_ERROR(loomSystemError, "ndev: " + str(ndev) + " ranks, but thread " + str(i) +
