@@ -140,8 +140,10 @@ def mem_alloc(count, dtype="float32"):
     except BaseException:
         lib.loomMemFree(ptr)
         raise
-    # Every view made from it holds `raw`: the memory goes when the last of them does.
-    weakref.finalize(raw, lib.loomMemFree, ptr.value)
+    # Every view made from it holds `raw`: the memory goes when the last of them does, and not
+    # at exit (arrays that atexit handlers or finalizers still read point into it; the process's
+    # end unmaps it, and the library removes its name then).
+    weakref.finalize(raw, lib.loomMemFree, ptr.value).atexit = False
     return memoryview(raw).cast("B").cast(_MEM_FORMATS[dt])
 
 
@@ -208,7 +210,7 @@ class View:
             if dtype is not None and to_dtype(dtype) != obj.dtype:
                 raise LoomError(INVALID_ARGUMENT, "%s: Pointer holds %s, dtype says %s"
                                 % (arg, obj.dtype.name.lower(), to_dtype(dtype).name.lower()))
-            if obj.count < 0 or (obj.address == 0 and obj.count > 0):
+            if obj.count < 0 or not 0 <= obj.address < 2**64 or (obj.address == 0 and obj.count > 0):
                 raise LoomError(INVALID_ARGUMENT, "%s: Pointer with address %#x and count %d"
                                 % (arg, obj.address, obj.count))
             self.address, self.count, self.dtype = obj.address, obj.count, obj.dtype
@@ -270,5 +272,5 @@ class View:
 def _readonly(obj):
     try:
         return memoryview(obj).readonly
-    except TypeError:
+    except (TypeError, ValueError):  # no buffer, or one released or of a format memoryview refuses
         return False

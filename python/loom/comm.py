@@ -3,6 +3,7 @@
 import contextlib
 import ctypes
 import enum
+import os
 
 from . import _lib
 from .buffers import View, group_enter, group_exit, in_group, to_dtype
@@ -39,6 +40,22 @@ def _op(op):
         return op
     raise LoomError(INVALID_ARGUMENT, "op: %r is not a reduction (sum, prod, max, min, avg, "
                     "band, bor, bxor, a ReduceOp or a PreMulSum)" % (op,))
+
+
+def _int32(value, name, low=-2**31):
+    """value, checked to be a Python int that C's int holds (ctypes would wrap it silently)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
+        raise LoomError(INVALID_ARGUMENT, "%s: %r is not an int in [%d, 2**31)" % (name, value, low))
+    return value
+
+
+def _text(value, name):
+    """value (str or None) as bytes for C, or LoomError naming the argument."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise LoomError(INVALID_ARGUMENT, "%s: %r is not a str" % (name, value))
+    return value.encode()
 
 
 def unique_id():
@@ -80,11 +97,10 @@ def _config(timeout_ms, name, blocking=None):
     cfg.magic = _lib.CONFIG_MAGIC
     cfg.version = version()
     cfg.blocking = _lib.CONFIG_UNDEF_INT if blocking is None else int(blocking)
-    cfg._name = name.encode() if name is not None else None  # kept alive with cfg
+    cfg._name = _text(name, "name")  # kept alive with cfg
     cfg.commName = cfg._name
     if timeout_ms is not None:
-        if not isinstance(timeout_ms, int) or timeout_ms <= 0:
-            raise LoomError(INVALID_ARGUMENT, "timeout_ms: %r is not a positive int" % (timeout_ms,))
+        _int32(timeout_ms, "timeout_ms", 1)
     cfg.timeoutMs = _lib.CONFIG_UNDEF_INT if timeout_ms is None else timeout_ms
     return cfg
 
@@ -119,8 +135,7 @@ class Communicator:
             self._handle = _handle
             return
         for arg, v in (("rank", rank), ("world", world)):
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise LoomError(INVALID_ARGUMENT, "%s: %r is not an int" % (arg, v))
+            _int32(v, arg)
         if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != _lib.UNIQUE_ID_BYTES:
             raise LoomError(INVALID_ARGUMENT, "unique_id: want the %d bytes of loom.unique_id(), got %r"
                             % (_lib.UNIQUE_ID_BYTES, type(unique_id).__name__ if not isinstance(
@@ -175,8 +190,9 @@ class Communicator:
         """Ranks of one color form a new communicator, ordered by key. color=None
         (LOOM_SPLIT_NOCOLOR) takes no part and returns None. Collective."""
         c = -1 if color is None else color
-        if not isinstance(c, int) or c < -1:
+        if isinstance(c, bool) or not isinstance(c, int) or not -1 <= c < 2**31:
             raise LoomError(INVALID_ARGUMENT, "color: %r is not a non-negative int or None" % (color,))
+        _int32(key, "key")
         cfg = _config(timeout_ms, name)
         h = ctypes.c_void_p()
         check(self._lib.loomCommSplit(self._h(), c, key, ctypes.byref(h), ctypes.byref(cfg)))
@@ -186,8 +202,10 @@ class Communicator:
         """Frees the communicator (finalizing it first). Safe to call twice."""
         if self._handle:
             h, self._handle = self._handle, None
-            check(self._lib.loomCommFinalize(h))
-            check(self._lib.loomCommDestroy(h))
+            try:
+                check(self._lib.loomCommFinalize(h))  # raises the communicator's error, if any
+            finally:
+                check(self._lib.loomCommDestroy(h))  # frees it whatever finalize said
 
     close = destroy
 
@@ -214,7 +232,9 @@ class Communicator:
 
     def dump_trace(self, path=None):
         """Writes this rank's flight recorder as JSON (LOOM_TRACE_DIR when path is None)."""
-        check(self._lib.loomCommDumpTrace(self._h(), path.encode() if path else None))
+        if path is not None and not isinstance(path, str):
+            path = os.fspath(path) if isinstance(path, os.PathLike) else path
+        check(self._lib.loomCommDumpTrace(self._h(), _text(path or None, "path")))
 
     def premul_sum(self, scalar, dtype):
         """A reduction op: sum of scalar * input, for buffers of dtype."""
@@ -226,7 +246,15 @@ class Communicator:
             raise LoomError(INVALID_ARGUMENT, "dtype: premul_sum takes its scalar as a Python "
                             "number for 8/32/64-bit integer and 32/64-bit float types, not %s"
                             % dt.name.lower())
-        s = fmt(scalar)
+        if isinstance(scalar, bool) or not isinstance(scalar, (int, float)):
+            raise LoomError(INVALID_ARGUMENT, "scalar: %r is not a number" % (scalar,))
+        if issubclass(fmt, (ctypes.c_float, ctypes.c_double)):
+            s = fmt(float(scalar))
+        else:
+            s = fmt(scalar) if isinstance(scalar, int) else None
+            if s is None or s.value != scalar:
+                raise LoomError(INVALID_ARGUMENT, "scalar: %r is not a value of %s"
+                                % (scalar, dt.name.lower()))
         op = ctypes.c_int()
         check(self._lib.loomRedOpCreatePreMulSum(ctypes.byref(op), ctypes.byref(s), int(dt), 1,
                                                  self._h()))
@@ -421,21 +449,15 @@ class Communicator:
 
     @staticmethod
     def _root(root):
-        if not isinstance(root, int) or isinstance(root, bool):
-            raise LoomError(INVALID_ARGUMENT, "root: %r is not an int" % (root,))
-        return root
+        return _int32(root, "root")
 
     @staticmethod
     def _tag(tag):
-        if not isinstance(tag, int) or isinstance(tag, bool) or not -2**31 <= tag < 2**31:
-            raise LoomError(INVALID_ARGUMENT, "tag: %r is not a 32-bit int" % (tag,))
-        return tag
+        return _int32(tag, "tag")
 
     @staticmethod
     def _peer(peer):
-        if not isinstance(peer, int) or isinstance(peer, bool):
-            raise LoomError(INVALID_ARGUMENT, "peer: %r is not an int" % (peer,))
-        return peer
+        return _int32(peer, "peer")
 
     def __repr__(self):
         if not self._handle:

@@ -119,7 +119,7 @@ class Borrowed:
                             "dtype= to read the bytes as one"
                             % (arg, _CODE_NAMES.get(code, "code %d " % code), bits,
                                "x%d" % lanes if lanes != 1 else ""))
-        if t.ndim < 0:
+        if not 0 <= t.ndim <= 64:  # more dimensions than any producer makes: a corrupt tensor
             raise LoomError(INVALID_ARGUMENT, "%s: DLPack ndim %d" % (arg, t.ndim))
         shape = [t.shape[i] for i in range(t.ndim)]
         if any(s < 0 for s in shape):
@@ -138,6 +138,9 @@ class Borrowed:
                                        tuple(t.strides[j] for j in range(t.ndim))))
                 want *= shape[i]
         nbytes = items * ((bits * lanes + 7) // 8)
+        if nbytes >= 1 << 63:
+            raise LoomError(INVALID_ARGUMENT, "%s: DLPack shape %s is %d bytes, more than memory"
+                            % (arg, shape, nbytes))
         self.dtype = own
         if dtype is not None:
             self.dtype = to_dtype(dtype)

@@ -25,6 +25,7 @@ struct Segment {
   char* base;
   size_t bytes;
   int fd = -1;  // an owned segment's descriptor, holding its lock while it is named (util/shm.h)
+  pid_t creator = 0;  // the process that made it: a forked child inherits it, but never names it
 };
 
 std::mutex gMutex;
@@ -50,10 +51,13 @@ uint64_t randomToken() {
   return t;
 }
 
-// Unlinks every name this process still owns when it exits (the mappings die with it).
+// Unlinks every name this process made and still owns when it exits (the mappings die with
+// it); a forked child's exit leaves its parent's buffers alone.
 void unlinkAtExit() {
   std::lock_guard<std::mutex> lock(gMutex);
-  for (const Segment& s : owned()) shm_unlink(nameOf(s.token).c_str());
+  const pid_t self = getpid();
+  for (const Segment& s : owned())
+    if (s.creator == self) shm_unlink(nameOf(s.token).c_str());
 }
 
 }  // namespace
@@ -79,7 +83,7 @@ Result<void*> alloc(size_t bytes) {
   }
   std::memset(p, 0, len);  // every page touched now, never in a collective
   std::lock_guard<std::mutex> lock(gMutex);
-  owned().push_back({token, static_cast<char*>(p), len, fd});
+  owned().push_back({token, static_cast<char*>(p), len, fd, getpid()});
   return p;
 }
 
@@ -88,7 +92,7 @@ Status free(void* ptr) {
   auto& v = owned();
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].base != ptr) continue;
-    shm_unlink(nameOf(v[i].token).c_str());
+    if (v[i].creator == getpid()) shm_unlink(nameOf(v[i].token).c_str());  // not a parent's
     close(v[i].fd);
     munmap(v[i].base, v[i].bytes);
     v.erase(v.begin() + static_cast<long>(i));

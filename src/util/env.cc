@@ -143,14 +143,19 @@ const char* raw(const char* name) {
   return "";
 }
 
+int64_t defaultInt(const char* name) {
+  for (const Var& var : kVars)
+    if (std::string(var.name) == name) return std::strtoll(var.deflt, nullptr, 0);
+  return 0;
+}
+
 int64_t toInt(const char* name) {
   const char* v = raw(name);
   char* end = nullptr;
   long long x = std::strtoll(v, &end, 0);
   if (end == v || *end != '\0') {
     LOOM_WARN(kEnv, "%s=%s is not an integer; ignoring it", name, v);
-    for (const Var& var : kVars)
-      if (std::string(var.name) == name) return std::strtoll(var.deflt, nullptr, 0);
+    return defaultInt(name);
   }
   return x;
 }
@@ -198,9 +203,15 @@ bool topoDisable() {
 }
 int64_t timeoutMs() {
   // Deadlines are nanoseconds in 64 bits, and a configuration's timeout is an int: a longer
-  // wait (about 24.8 days) is taken as that, not overflowed into none.
+  // wait (about 24.8 days) is taken as that, not overflowed into none. No wait at all is not a
+  // timeout either (every rendezvous would fail, saying something else): it is ignored.
   static const int64_t value = [] {
     const int64_t v = toInt("LOOM_TIMEOUT_MS");
+    if (v <= 0) {
+      LOOM_WARN(kEnv, "LOOM_TIMEOUT_MS=%lld is not a positive number of ms; ignoring it",
+                static_cast<long long>(v));
+      return defaultInt("LOOM_TIMEOUT_MS");
+    }
     if (v <= INT32_MAX) return v;
     LOOM_WARN(kEnv, "LOOM_TIMEOUT_MS=%lld is more than %d ms; taking %d", static_cast<long long>(v),
               INT32_MAX, INT32_MAX);

@@ -482,6 +482,19 @@ def error_cases():
         "scatter none": lambda: comm.scatter(None, f),
         "tag negative": lambda: comm.set_op_tag(-1),
         "tag type": lambda: comm.set_op_tag("7"),
+        # Ints that C's int cannot hold are refused, not wrapped (2**32 used to be rank 0).
+        "root wraps": lambda: comm.broadcast(f, root=2**32),
+        "peer wraps": lambda: comm.send(f, 2**32 + 1),
+        "rank wraps": lambda: loom.Communicator(2**32, 1, uid),
+        "world wraps": lambda: loom.Communicator(0, 2**32 + 1, uid),
+        "timeout wraps": lambda: loom.Communicator(0, 1, uid, timeout_ms=2**32 + 1),
+        "timeout bool": lambda: loom.Communicator(0, 1, uid, timeout_ms=True),
+        "key type": lambda: comm.split(0, key="a"),
+        "name type": lambda: loom.Communicator(0, 1, uid, name=5),
+        "premul range": lambda: comm.premul_sum(1000, "int8"),
+        "premul type": lambda: comm.premul_sum("abc", "float32"),
+        "trace path type": lambda: comm.dump_trace(123),
+        "pointer negative": lambda: comm.all_reduce(loom.Pointer(-4096, 4, "float32")),
     }
     out = {}
     for name, call in cases.items():
@@ -550,6 +563,18 @@ class Errors(unittest.TestCase):
         # A bfloat16 buffer's format is 16-bit integers, which Loom does not reduce: never
         # taken for another type, it needs dtype= (as in test_mem_alloc_buffers).
         self.expect("mem bfloat16", "sendbuff", "'H'")
+        self.expect("root wraps", "root", str(2**32))
+        self.expect("peer wraps", "peer", str(2**32 + 1))
+        self.expect("rank wraps", "rank", str(2**32))
+        self.expect("world wraps", "world", str(2**32 + 1))
+        self.expect("timeout wraps", "timeout_ms", str(2**32 + 1))
+        self.expect("timeout bool", "timeout_ms", "True")
+        self.expect("key type", "key", "'a'")
+        self.expect("name type", "name", "5")
+        self.expect("premul range", "scalar", "1000", "int8")
+        self.expect("premul type", "scalar", "'abc'")
+        self.expect("trace path type", "path", "123")
+        self.expect("pointer negative", "sendbuff", "Pointer")
 
     def test_library_errors_carry_loom_message(self):
         self.expect("root", "root: 5 is outside [0, 1)")
@@ -558,6 +583,30 @@ class Errors(unittest.TestCase):
         self.expect("destroyed", "comm")
         self.expect("band float", "op: loomBand applies to the integer types only")
         self.assertEqual(self.out["group end"], INVALID_USAGE)
+
+    def test_mem_alloc_outlives_atexit_handlers_and_forked_children(self):
+        # An atexit handler that reads a mem_alloc array runs before the memory goes (it was
+        # unmapped first, and the process died of SIGSEGV); a forked child's exit leaves the
+        # parent's buffers named (the child's exit used to unlink them).
+        code = ("import atexit, os, sys, numpy, loom\n"
+                "m = loom.mem_alloc(1 << 18); a = numpy.frombuffer(m, numpy.float32); a[:] = 2\n"
+                "atexit.register(lambda: print('sum', int(a.sum())))\n"
+                "names = lambda: sorted(n for n in os.listdir('/dev/shm') if n.startswith('loom-mem'))\n"
+                "before = names()\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    del a, m\n"
+                "    import gc; gc.collect()\n"
+                "    sys.exit(0)\n"
+                "os.waitpid(pid, 0)\n"
+                "print('kept', names() == before and len(before) > 0)\n")
+        if numpy is None:
+            self.skipTest("numpy is not installed")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("kept True", p.stdout)
+        self.assertIn("sum %d" % (2 * (1 << 18)), p.stdout)
 
     def test_missing_library_is_named(self):
         env = dict(os.environ, LOOM_LIBRARY="/nonexistent/libloom.so.0")
