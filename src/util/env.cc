@@ -36,7 +36,8 @@ constexpr Var kVars[] = {
     {"LOOM_SOCKET_BUFFER_BYTES", "4194304",
      "TCP transport: each connection's send and receive socket buffer (SO_SNDBUF, SO_RCVBUF; "
      "0: the kernel's autotuning)"},
-    {"LOOM_TIMEOUT_MS", "300000", "every wait fails with loomTimeout after this many ms"},
+    {"LOOM_TIMEOUT_MS", "300000",
+     "every wait fails with loomTimeout after this many ms (0 or less: ignored; at most 2^31-1)"},
     {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory",
      "NCCL_SHM_DISABLE"},
     {"LOOM_NET", "",

@@ -563,18 +563,19 @@ class Errors(unittest.TestCase):
         # A bfloat16 buffer's format is 16-bit integers, which Loom does not reduce: never
         # taken for another type, it needs dtype= (as in test_mem_alloc_buffers).
         self.expect("mem bfloat16", "sendbuff", "'H'")
-        self.expect("root wraps", "root", str(2**32))
-        self.expect("peer wraps", "peer", str(2**32 + 1))
-        self.expect("rank wraps", "rank", str(2**32))
-        self.expect("world wraps", "world", str(2**32 + 1))
-        self.expect("timeout wraps", "timeout_ms", str(2**32 + 1))
-        self.expect("timeout bool", "timeout_ms", "True")
-        self.expect("key type", "key", "'a'")
-        self.expect("name type", "name", "5")
-        self.expect("premul range", "scalar", "1000", "int8")
-        self.expect("premul type", "scalar", "'abc'")
-        self.expect("trace path type", "path", "123")
-        self.expect("pointer negative", "sendbuff", "Pointer")
+        for case, *words in (("root wraps", "root", str(2**32)),
+                             ("peer wraps", "peer", str(2**32 + 1)),
+                             ("rank wraps", "rank", str(2**32)),
+                             ("world wraps", "world", str(2**32 + 1)),
+                             ("timeout wraps", "timeout_ms", str(2**32 + 1)),
+                             ("timeout bool", "timeout_ms", "True"),
+                             ("key type", "key", "'a'"),
+                             ("name type", "name", "5"),
+                             ("premul range", "scalar", "1000", "int8"),
+                             ("premul type", "scalar", "'abc'"),
+                             ("trace path type", "path", "123"),
+                             ("pointer negative", "sendbuff", "Pointer")):
+            self.expect(case, *words)
 
     def test_library_errors_carry_loom_message(self):
         self.expect("root", "root: 5 is outside [0, 1)")
