@@ -3,6 +3,7 @@
 import contextlib
 import ctypes
 import enum
+import numbers
 import os
 
 from . import _lib
@@ -246,13 +247,13 @@ class Communicator:
             raise LoomError(INVALID_ARGUMENT, "dtype: premul_sum takes its scalar as a Python "
                             "number for 8/32/64-bit integer and 32/64-bit float types, not %s"
                             % dt.name.lower())
-        if isinstance(scalar, bool) or not isinstance(scalar, (int, float)):
+        if isinstance(scalar, bool) or not isinstance(scalar, numbers.Real):  # NumPy's too
             raise LoomError(INVALID_ARGUMENT, "scalar: %r is not a number" % (scalar,))
         if issubclass(fmt, (ctypes.c_float, ctypes.c_double)):
             s = fmt(float(scalar))
         else:
-            s = fmt(scalar) if isinstance(scalar, int) else None
-            if s is None or s.value != scalar:
+            s = fmt(int(scalar)) if isinstance(scalar, numbers.Integral) else None
+            if s is None or s.value != int(scalar):
                 raise LoomError(INVALID_ARGUMENT, "scalar: %r is not a value of %s"
                                 % (scalar, dt.name.lower()))
         op = ctypes.c_int()
