@@ -156,9 +156,11 @@ bool LoomWork::wait(std::chrono::milliseconds timeout) {
   const bool groupTimeout = timeout.count() <= 0;
   const int64_t ms = groupTimeout ? backend_->timeout().count() : timeout.count();
   if (external_) {  // the sparse lane completes it
+    // The group's timeout as Loom waits it: the lane's own error (naming a rank) comes first.
+    const int64_t limit = groupTimeout ? ms + waitGraceMs(ms) : ms;
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return completed_; }))
-      std::rethrow_exception(timedOut(ms));
+    if (!cv_.wait_for(lock, std::chrono::milliseconds(limit), [this] { return completed_; }))
+      std::rethrow_exception(timedOut(limit));
     if (exception_) std::rethrow_exception(exception_);
     return true;
   }
@@ -495,6 +497,14 @@ loomResult_t LoomBackend::openSparseLane(std::string* message) {
     return loomRemoteError;
   }
   laneOpened_ = true;
+  // A group whose communicator has failed (a peer died) cannot open the lane: say why at once,
+  // rather than after the lane's rendezvous times out.
+  loomResult_t failed = loomSuccess;
+  if (loomCommGetAsyncError(comm_.load(), &failed) == loomSuccess && failed != loomSuccess &&
+      failed != loomInProgress) {
+    *message = std::string("the group's communicator has failed: ") + loomGetLastError(nullptr);
+    return failed;
+  }
   auto aborted = [this] { return sparseLaneAborted(); };
   loomUniqueId id;
   const loomResult_t shared = shareId("loom_sparse_lane_id", &id, aborted, message);
@@ -515,7 +525,11 @@ loomResult_t LoomBackend::openSparseLane(std::string* message) {
     sparseComm_ = lane;
   }
   const loomResult_t r = loomCommWaitTicket(lane, 1, -1);  // ticket 1: the initialisation
-  if (r != loomSuccess) *message = loomGetLastError(nullptr);
+  if (r != loomSuccess)
+    *message = std::string(
+                   "joining the sparse lane's communicator (opened at the group's "
+                   "first sparse all-reduce): ") +
+               loomGetLastError(nullptr);
   return r;
 }
 

@@ -295,7 +295,10 @@ Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
     w = h->worker.get();
     w->enterWait();  // the worker (and so the handle) outlives this wait: destroy waits for it
   }
-  const int64_t ms = timeoutMs >= 0 ? timeoutMs : h->timeoutMs;
+  // The communicator's timeout: with a grace, so that an operation that fails by its own
+  // timeout (which began when it started, after this wait perhaps) reports that, with the rank
+  // it waited for, before this wait gives up without knowing why.
+  const int64_t ms = timeoutMs >= 0 ? timeoutMs : h->timeoutMs + waitGraceMs(h->timeoutMs);
   return w->wait(ticket, nowNs() + ms * 1000000, timeoutMs < 0);
 }
 

@@ -184,6 +184,14 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   LOOM_CHECK(await(
       root, [&](Done d) { asio::async_read(root, asio::buffer(challenge), d); }, lim,
       [&] { return "waiting for the challenge of " + where; }, &ec));
+  if (ec && peerClosed(ec)) {  // the root's process went away (or was never a Loom root)
+    return LOOM_ERROR(
+        loomRemoteError,
+        "bootstrap: " + where + " closed the connection before its challenge (" + ec.message() +
+            "): the process that hosts it (" +
+            (id_.rootOnRank0 ? "rank 0's" : "the one that made the id, often rank 0") +
+            ") may have exited");
+  }
   if (ec || !auth::Connector::isChallenge(kRootProtocol, challenge)) {
     return LOOM_ERROR(loomRemoteError,
                       "bootstrap: " + where + " did not open with a Loom challenge (" +
@@ -198,7 +206,10 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
       [&] { return "sending its hello to " + where; }, &ec));
 
   auto waiting = [&] {
-    return "waiting for the table from " + where + " (has every rank joined?)";
+    // The root knows who is missing; when this process hosts it, say what it knows.
+    const std::string heard = hostedRootProgress(id_.root);
+    return "waiting for the table from " + where +
+           (heard.empty() ? " (has every rank joined?)" : " (it has " + heard + ")");
   };
   // The root's proof comes with its reply, once every rank has joined.
   unsigned char proof[kChallengeBytes];

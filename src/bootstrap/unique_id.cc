@@ -7,6 +7,8 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -17,6 +19,26 @@
 
 namespace loom::bootstrap {
 namespace {
+
+// What each root this process hosts has heard so far, by its listener's address (which may be
+// the wildcard's): a rank of this process whose wait for the table runs out says which ranks the
+// root still misses.
+std::mutex& hostedMutex() {
+  static auto* m = new std::mutex;  // never destroyed: roots may run at exit
+  return *m;
+}
+std::map<std::pair<uint32_t, uint16_t>, std::string>& hosted() {
+  static auto* m = new std::map<std::pair<uint32_t, uint16_t>, std::string>;
+  return *m;
+}
+void noteHosted(const sockaddr_in& at, const std::string* progress) {
+  const auto key = std::make_pair(at.sin_addr.s_addr, at.sin_port);
+  std::lock_guard<std::mutex> lock(hostedMutex());
+  if (progress != nullptr)
+    hosted()[key] = *progress;
+  else
+    hosted().erase(key);
+}
 
 // Layout of the 128 bytes (multi-byte integers little-endian; the address and
 // port in network order, as in sockaddr_in):
@@ -149,6 +171,7 @@ class Root {
   std::vector<ConnPtr> byRank_;  // ranks that have joined
   int nranks_ = 0;               // learnt from the first valid hello
   int joined_ = 0;
+  sockaddr_in at_{};  // the listener's address (the key of hosted())
   int writesLeft_ = 0;
   bool stopping_ = false;
   bool tablesSent_ = false;
@@ -165,6 +188,9 @@ Status Root::run(int listenFd) {
   tcp::endpoint local = acceptor_.local_endpoint(ec);
   where_ = ec ? std::string("?") : net::toString(fromEndpoint(local));
   lim_ = makeLimits("the rendezvous root at " + where_, timeoutMs_, stop_, nullptr);
+  at_ = ec ? sockaddr_in{} : fromEndpoint(local);
+  const std::string none = progress();
+  noteHosted(at_, &none);
   accept();
   Status s = waitFor(
       io_, [this] { return served_; }, lim_,
@@ -190,6 +216,9 @@ Status Root::run(int listenFd) {
         io_, [this] { return writesLeft_ == 0; }, grace, [] { return ""; });
     (void)ignored;
   }
+  // A root that gave up keeps its last word: its own rank's join times out at the same moment
+  // and reads it just after (a later root on the port replaces it).
+  if (s.isOk()) noteHosted(at_, nullptr);
   stopping_ = true;
   acceptor_.close(ec);
   retry_.cancel();
@@ -347,6 +376,8 @@ void Root::onInfo(const ConnPtr& c) {
   }
   byRank_[c->rank] = c;
   ++joined_;
+  const std::string now = progress();
+  noteHosted(at_, &now);
   LOOM_INFO(kBootstrap, "rendezvous root at %s: rank %d joined from %s (%d of %d)", where_.c_str(),
             c->rank, c->remote.c_str(), joined_, nranks_);
   if (joined_ == nranks_) sendTables();
@@ -466,6 +497,15 @@ Result<IdContents> parseUniqueId(const loomUniqueId& id) {
   c.rootOnRank0 = (flags & kFlagRootOnRank0) != 0;
   if (c.root.sin_port == 0) return LOOM_ERROR(loomInvalidArgument, "commId: root port is 0");
   return c;
+}
+
+std::string hostedRootProgress(const sockaddr_in& root) {
+  std::lock_guard<std::mutex> lock(hostedMutex());
+  for (const uint32_t addr : {root.sin_addr.s_addr, htonl(INADDR_ANY)}) {
+    auto it = hosted().find(std::make_pair(addr, root.sin_port));
+    if (it != hosted().end()) return it->second;
+  }
+  return std::string();
 }
 
 Status makeUniqueId(loomUniqueId* out) {

@@ -62,6 +62,10 @@ Status makeLocalUniqueId(loomUniqueId* out, int64_t rootTimeoutMs);
 Status runRoot(int listenFd, const std::string& secret, int64_t timeoutMs,
                const std::atomic<bool>* stop);
 
+// What the root at `root` has heard so far ("2 of 3 ranks joined; missing rank(s) 1") when this
+// process hosts it and it still waits for ranks; "" otherwise.
+std::string hostedRootProgress(const sockaddr_in& root);
+
 // Called by join() on the joining thread with the rank's ring listener address
 // as soon as it listens, before the rank contacts the root (null: none). The
 // hook may replace *addr, the address the rank publishes for its ring listener
