@@ -233,8 +233,8 @@ class Communicator:
 
     def dump_trace(self, path=None):
         """Writes this rank's flight recorder as JSON (LOOM_TRACE_DIR when path is None)."""
-        if path is not None and not isinstance(path, str):
-            path = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
         check(self._lib.loomCommDumpTrace(self._h(), _text(path or None, "path")))
 
     def premul_sum(self, scalar, dtype):
