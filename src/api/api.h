@@ -52,12 +52,7 @@ void unregisterComm(loomComm* c);
 // while a non-blocking communicator still initialises or after its initialisation failed.
 Result<Comm*> lookup(loomComm* c, const char* argName = "comm");
 
-// loomCommLastTicket and loomCommWaitTicket.
-// What a wait for an operation adds to the operation's own timeout, so that the operation's
-// error (which names the rank it waited for) comes first: a tenth, 0.25-5 s.
-inline int64_t waitGraceMs(int64_t timeoutMs) {
-  return std::min<int64_t>(std::max<int64_t>(timeoutMs / 10, 250), 5000);
-}
+// loomCommLastTicket and loomCommWaitTicket (a wait of -1 adds waitGraceMs, util/wait.h).
 Status lastTicket(loomComm* h, uint64_t* ticket);
 Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs);
 // Refuses a new operation (or split, shrink, registration) on a finalized communicator.

@@ -15,6 +15,7 @@
 #include "util/env.h"
 #include "util/log.h"
 #include "util/net.h"
+#include "util/wait.h"
 
 namespace loom::bootstrap {
 namespace {
@@ -79,8 +80,10 @@ class Ring final : public Bootstrap {
     return makeLimits("rank " + std::to_string(rank_), timeoutMs_, abortFlag_, &aborted_);
   }
   Status openListener();
+  // Runs op until it completes, the deadline passes or an abort; on failure the socket is
+  // closed (keepOpen: only op is cancelled) and the handler has run.
   Status await(tcp::socket& sock, const std::function<void(Done)>& op, const Limits& lim,
-               const std::function<std::string()>& what, error_code* ec);
+               const std::function<std::string()>& what, error_code* ec, bool keepOpen = false);
   Status connectRetry(tcp::socket& sock, const sockaddr_in& addr, const std::string& whom,
                       const Limits& lim);
   Status exchangeWithRoot(const std::string& info, const Limits& lim);
@@ -132,14 +135,17 @@ Status Ring::openListener() {
 }
 
 Status Ring::await(tcp::socket& sock, const std::function<void(Done)>& op, const Limits& lim,
-                   const std::function<std::string()>& what, error_code* ec) {
+                   const std::function<std::string()>& what, error_code* ec, bool keepOpen) {
   Pending p;
   op(Done{&p});
   Status s = waitFor(
       io_, [&p] { return p.done; }, lim, what);
   if (!s.isOk()) {
     error_code ignored;
-    sock.close(ignored);
+    if (keepOpen)
+      sock.cancel(ignored);
+    else
+      sock.close(ignored);
     drain(io_);  // the handler points at p
   }
   *ec = p.ec;
@@ -214,20 +220,42 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   // The root's proof comes with its reply, once every rank has joined.
   unsigned char proof[kChallengeBytes];
   unsigned char header[kReplyHeaderBytes];
-  if (!ec) {
-    LOOM_CHECK(await(
-        root, [&](Done d) { asio::async_read(root, asio::buffer(proof), d); }, lim, waiting, &ec));
+  auto readProof = [&](Done d) { asio::async_read(root, asio::buffer(proof), d); };
+  Limits replyLim = lim;
+  Status gaveUp;  // this rank's own timeout, when it left before the reply came
+  Status waited = await(root, readProof, lim, waiting, &ec, /*keepOpen=*/true);
+  if (!waited.isOk()) {
+    // Leave: the root then gives up and tells every rank that joined (this one too, within the
+    // grace) who never came. An aborted rank leaves without waiting for that word.
+    const bool timedOut = waited.code() == loomTimeout;
+    const unsigned char why = timedOut ? kLeaveTimeout : kLeaveAborted;
+    error_code wec;
+    asio::write(root, asio::buffer(&why, 1), wec);
+    if (!wec) root.shutdown(tcp::socket::shutdown_send, wec);
+    if (!timedOut) {
+      root.close(wec);
+      return waited;
+    }
+    // Read on even when the root has closed: its word may be here already.
+    gaveUp = waited;
+    replyLim = makeLimits(lim.who, waitGraceMs(msCount(lim.deadline - lim.start)), lim.abortFlag,
+                          lim.aborted);
+    if (!await(root, readProof, replyLim, waiting, &ec).isOk()) return gaveUp;
   }
+  // Once this rank has left, any failure below is its own timeout, and a refusal adds to it.
+  auto failed = [&](Status s) { return gaveUp.isOk() ? s : gaveUp; };
   if (!ec) {
-    LOOM_CHECK(await(
-        root, [&](Done d) { asio::async_read(root, asio::buffer(header), d); }, lim, waiting, &ec));
+    Status s = await(
+        root, [&](Done d) { asio::async_read(root, asio::buffer(header), d); }, replyLim, waiting,
+        &ec);
+    if (!s.isOk()) return failed(s);
   }
   if (ec) {
-    return LOOM_ERROR(loomRemoteError,
-                      "bootstrap: " + where + " closed the connection of rank " +
-                          std::to_string(rank_) + " (" + ec.message() +
-                          "); was the id used up already, did the root time out, or does it "
-                          "hold another secret?");
+    return failed(LOOM_ERROR(loomRemoteError,
+                             "bootstrap: " + where + " closed the connection of rank " +
+                                 std::to_string(rank_) + " (" + ec.message() +
+                                 "); was the id used up already, did the root time out, or does "
+                                 "it hold another secret?"));
   }
   if (!shake.check(proof)) {
     return LOOM_ERROR(loomRemoteError,
@@ -251,14 +279,18 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   }
   std::string body(len, '\0');
   if (len > 0) {
-    LOOM_CHECK(await(
-        root, [&](Done d) { asio::async_read(root, asio::buffer(&body[0], len), d); }, lim, waiting,
-        &ec));
+    Status s = await(
+        root, [&](Done d) { asio::async_read(root, asio::buffer(&body[0], len), d); }, replyLim,
+        waiting, &ec);
+    if (!s.isOk()) return failed(s);
     if (ec) {
-      return LOOM_ERROR(loomRemoteError, "bootstrap: " + where + " closed the connection of rank " +
-                                             std::to_string(rank_) + " mid-reply");
+      return failed(LOOM_ERROR(loomRemoteError, "bootstrap: " + where +
+                                                    " closed the connection of rank " +
+                                                    std::to_string(rank_) + " mid-reply"));
     }
   }
+  if (magic == kRefusalMagic && !gaveUp.isOk())
+    return LOOM_ERROR(loomTimeout, gaveUp.message() + "; then the root " + body);
   if (magic == kRefusalMagic) {
     loomResult_t code =
         (a > 0 && a < loomNumResults) ? static_cast<loomResult_t>(a) : loomRemoteError;

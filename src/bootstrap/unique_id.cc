@@ -140,7 +140,9 @@ class Root {
     int rank = -1;
     int nranks = 0;
     bool open = true;
-    bool heard = false;  // the whole hello arrived
+    bool heard = false;       // the whole hello arrived
+    unsigned char leave = 0;  // the leave byte of a joined rank that gave up
+    bool peerClosed = false;  // a joined rank's side has closed (seen by watchLeave)
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
@@ -157,6 +159,8 @@ class Root {
   void drop(const ConnPtr& c, const std::string& why);
   void refuse(const ConnPtr& c, loomResult_t code, const std::string& why, bool warn = true);
   void sendTables();
+  // Watches a joined rank's connection for its leave byte (or its close): the root then gives up.
+  void watchLeave(const ConnPtr& c);
   std::string progress() const;
 
   asio::io_context io_;
@@ -176,6 +180,7 @@ class Root {
   bool stopping_ = false;
   bool tablesSent_ = false;
   bool served_ = false;
+  Status left_;  // why the rendezvous ended early: a joined rank left
 };
 
 Status Root::run(int listenFd) {
@@ -193,27 +198,38 @@ Status Root::run(int listenFd) {
   noteHosted(at_, &none);
   accept();
   Status s = waitFor(
-      io_, [this] { return served_; }, lim_,
+      io_, [this] { return served_ || !left_.isOk(); }, lim_,
       [this] {
         return writesLeft_ > 0 ? "sending the tables" : "waiting for ranks: " + progress();
       });
+  if (s.isOk() && !served_) s = left_;
   if (!s.isOk() && tablesSent_) {
     LOOM_WARN(kBootstrap, "%s", s.message().c_str());
   } else if (!s.isOk()) {
     // Tell the ranks that did join why they will get no table, then give up.
+    const std::string after = msString(Clock::now() - lim_.start);
     std::string why =
-        s.code() == loomTimeout
-            ? "gave up after " + msString(Clock::now() - lim_.start) + " with " + progress()
-            : "stopped with " + progress() +
-                  ": rank 0, which hosts it, stopped waiting (see its error)";
+        !left_.isOk()
+            ? "gave up after " + after + ", as " + left_.message() + ", with " + progress()
+        : s.code() == loomTimeout ? "gave up after " + after + " with " + progress()
+                                  : "stopped with " + progress() +
+                                        ": rank 0, which hosts it, stopped waiting (see its error)";
     LOOM_WARN(kBootstrap, "rendezvous root at %s: %s", where_.c_str(), why.c_str());
     for (const ConnPtr& c : byRank_)
       if (c && c->open)
         refuse(c, s.code() == loomTimeout ? loomTimeout : loomRemoteError, why,
                /*warn=*/false);
-    Limits grace = makeLimits(lim_.who, 200, nullptr, nullptr);
+    // Each rank closes once it has read its refusal. Closing first, with a leave byte unread,
+    // would reset the connection, and a rank whose refusal was not read yet would lose it.
+    Limits grace = makeLimits(lim_.who, 1000, nullptr, nullptr);
     Status ignored = waitFor(
-        io_, [this] { return writesLeft_ == 0; }, grace, [] { return ""; });
+        io_,
+        [this] {
+          return writesLeft_ == 0 &&
+                 std::all_of(byRank_.begin(), byRank_.end(),
+                             [](const ConnPtr& c) { return !c || !c->open || c->peerClosed; });
+        },
+        grace, [] { return ""; });
     (void)ignored;
   }
   // A root that gave up keeps its last word: its own rank's join times out at the same moment
@@ -380,7 +396,29 @@ void Root::onInfo(const ConnPtr& c) {
   noteHosted(at_, &now);
   LOOM_INFO(kBootstrap, "rendezvous root at %s: rank %d joined from %s (%d of %d)", where_.c_str(),
             c->rank, c->remote.c_str(), joined_, nranks_);
-  if (joined_ == nranks_) sendTables();
+  if (joined_ == nranks_)
+    sendTables();
+  else
+    watchLeave(c);
+}
+
+void Root::watchLeave(const ConnPtr& c) {
+  asio::async_read(c->sock, asio::buffer(&c->leave, 1), [this, c](const error_code& ec, size_t n) {
+    if (stopping_ || tablesSent_ || !c->open) return;
+    const unsigned char byte = c->leave;
+    if (ec) c->peerClosed = true;
+    if (!ec) watchLeave(c);  // on to the close
+    if (!left_.isOk()) return;
+    const std::string who = "rank " + std::to_string(c->rank);
+    if (!ec && n == 1 && byte == kLeaveTimeout)
+      left_ = LOOM_ERROR(loomTimeout, who + " timed out waiting for the table");
+    else if (!ec && n == 1 && byte == kLeaveAborted)
+      left_ = LOOM_ERROR(loomRemoteError, who + " was aborted");
+    else
+      left_ = LOOM_ERROR(loomRemoteError, who + " closed its connection (" +
+                                              (ec ? ec.message() : std::string("an unknown byte")) +
+                                              "; its process may have exited)");
+  });
 }
 
 void Root::close(Conn& c) {
@@ -412,9 +450,16 @@ void Root::refuse(const ConnPtr& c, loomResult_t code, const std::string& why, b
   *msg += text;
   ++writesLeft_;
   std::array<asio::const_buffer, 2> bufs = {asio::buffer(c->proof), asio::buffer(*msg)};
-  asio::async_write(c->sock, bufs, [this, c, msg](const error_code&, size_t) {
+  // A joined rank's connection stays open (its side shut down) until the rank closes it:
+  // watchLeave reads it until then.
+  const bool joined = c->rank >= 0 && c->rank < nranks_ && byRank_[c->rank] == c;
+  asio::async_write(c->sock, bufs, [this, c, msg, joined](const error_code& ec, size_t) {
     --writesLeft_;
-    close(*c);
+    error_code ignored;
+    if (joined && !ec)
+      c->sock.shutdown(tcp::socket::shutdown_send, ignored);
+    else
+      close(*c);
   });
 }
 

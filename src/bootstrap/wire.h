@@ -18,6 +18,11 @@
 //   table      root -> rank  magic "LMBT", nranks, bodyLen, then per rank:
 //                            ip[4], port[2], pad[2], infoLen, info[infoLen]
 //   refusal    root -> rank  magic "LMBX", loomResult_t code, msgLen, msg[msgLen]
+//   leave      rank -> root  one byte, kLeaveTimeout or kLeaveAborted, then the rank shuts its
+//                            side down: a rank that gives up before the table came. The root
+//                            then gives up too, refusing every rank that joined (the leaver
+//                            included) with who never came. A joined rank's connection that
+//                            closes without the byte is taken the same way.
 //   ring       rank -> next  magic "LMBR", nonce[32], mac[32], rank; answered by magic "LMBA",
 //                            mac[32]; context "loom/bootstrap/ring/1", fields = rank, the
 //                            listener's rank, nranks
@@ -67,6 +72,7 @@ constexpr size_t kReplyHeaderBytes = 12;
 constexpr size_t kEntryBytes = 12;
 constexpr size_t kRingHelloBytes = kOffFields + 4;
 constexpr size_t kMaxRefusalBytes = 4096;
+constexpr unsigned char kLeaveTimeout = 1, kLeaveAborted = 2;
 constexpr std::chrono::milliseconds kSlice(100);
 constexpr std::chrono::milliseconds kRetryDelay(50);
 constexpr std::chrono::milliseconds kHandshake(5000);  // a connection's hello must arrive by then
@@ -109,9 +115,10 @@ inline bool retryableConnect(const error_code& ec) {
   return ec == asio::error::connection_refused || ec == asio::error::connection_reset ||
          ec == asio::error::timed_out || ec == asio::error::connection_aborted;
 }
-inline std::string msString(Clock::duration d) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+inline int64_t msCount(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
+inline std::string msString(Clock::duration d) { return std::to_string(msCount(d)) + " ms"; }
 
 // A root hello's MAC'd fields: rank, nranks, ring address, infoLen, then info.
 inline std::string rootFields(int rank, int nranks, const sockaddr_in& ring,

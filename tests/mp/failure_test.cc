@@ -318,22 +318,65 @@ TEST(Timeouts, CollectiveWithAPeerThatNeverCalls) {
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
 
-TEST(Timeouts, InitWithARankThatNeverJoins) {
+// Every rank but the last initialises; the last never joins. Each must time out, and its error
+// must name the missing rank: rank 0's because it hosts the root, which knows who never came,
+// the others' because a rank whose timeout ends leaves, and the root answers every rank that
+// joined with who never came.
+// rank0LateMs: how much later rank 0 starts than the others (whose own timeouts then end first).
+void initWithoutTheLastRank(int nranks, int rank0LateMs) {
   LaunchOptions opts;
-  opts.nranks = 2;
+  opts.nranks = nranks;
   opts.initComm = false;
   opts.timeoutMs = kShortTimeoutMs;
   opts.deadlineMs = 60000;
-  LaunchResult res = launch(opts, [](RankContext& ctx) {
-    if (ctx.rank == 1) return 0;  // never joins
+  LaunchResult res = launch(opts, [&](RankContext& ctx) {
+    if (ctx.rank == nranks - 1) return 0;  // never joins
+    if (ctx.rank == 0) usleep(rank0LateMs * 1000);
     loomUniqueId id;
     loomComm_t comm = nullptr;
     double t0 = nowSeconds();
     loomResult_t r = loomGetUniqueId(&id);
-    if (r == loomSuccess) r = loomCommInitRank(&comm, 2, id, 0);
-    if (!timedOut("rank 0 init", r, nowSeconds() - t0)) return 1;
-    // Rank 0 hosts the root, which knows who never came: the error says so.
-    return strstr(loomGetLastError(nullptr), "missing rank(s) 1") != nullptr ? 0 : 1;
+    if (r == loomSuccess) r = loomCommInitRank(&comm, nranks, id, ctx.rank);
+    const std::string who = "rank " + std::to_string(ctx.rank) + " init";
+    if (!timedOut(who.c_str(), r, nowSeconds() - t0)) return 1;
+    const std::string missing = "missing rank(s) " + std::to_string(nranks - 1);
+    return strstr(loomGetLastError(nullptr), missing.c_str()) != nullptr ? 0 : 1;
+  });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+TEST(Timeouts, InitWithARankThatNeverJoins) { initWithoutTheLastRank(2, 0); }
+
+TEST(Timeouts, InitNamesTheMissingRankOnEveryRank) { initWithoutTheLastRank(3, 100); }
+
+// A rank that joined and then exited ends the initialisation of the others at once: the root
+// sees its connection close, gives up, and says who left and who never came.
+TEST(Timeouts, InitEndsWhenAJoinedRankExits) {
+  LaunchOptions opts;
+  opts.nranks = 3;
+  opts.initComm = false;
+  opts.timeoutMs = 20000;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, [](RankContext& ctx) {
+    if (ctx.rank == 2) return 0;  // never joins
+    loomUniqueId id;
+    loomComm_t comm = nullptr;
+    loomResult_t r = loomGetUniqueId(&id);
+    if (ctx.rank == 1) {  // joins, then its process ends mid-initialisation
+      std::thread([] {
+        usleep(300 * 1000);
+        _exit(0);
+      }).detach();
+    }
+    const double t0 = nowSeconds();
+    if (r == loomSuccess) r = loomCommInitRank(&comm, 3, id, ctx.rank);
+    const double s = nowSeconds() - t0;
+    const char* text = loomGetLastError(nullptr);
+    fprintf(stderr, "rank 0 init: %s after %.0f ms: %s\n", loomGetErrorString(r), s * 1000, text);
+    return r == loomRemoteError && s < 5 && strstr(text, "rank 1 closed its connection") &&
+                   strstr(text, "missing rank(s) 2")
+               ? 0
+               : 1;
   });
   EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
