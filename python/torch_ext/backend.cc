@@ -25,11 +25,16 @@ std::exception_ptr backendError(const std::string& message) {
 namespace {
 
 // Threads stopped from inside: each finds its queue stopping when the call that stopped it
-// returns, and ends. Joined at the interpreter's exit (a thread still returning from a future's
-// callback takes the GIL, which it must not do once the interpreter is finalising).
+// returns, and ends. Joined once they have ended, or at the interpreter's exit (a thread still
+// returning from a future's callback takes the GIL, which it must not do once the interpreter is
+// finalising).
+struct StoppedThread {
+  std::thread thread;
+  std::shared_ptr<const std::atomic<bool>> ended;
+};
 struct Stopped {
   std::mutex m;
-  std::vector<std::thread> threads;
+  std::vector<StoppedThread> threads;
 };
 Stopped& stopped() {
   // Never destroyed: a joinable thread left in it at exit (an embedder that never called
@@ -38,30 +43,60 @@ Stopped& stopped() {
   return *s;
 }
 
+// Takes out the stopped threads that `which` picks.
+std::vector<StoppedThread> takeStopped(const std::function<bool(const StoppedThread&)>& which) {
+  std::vector<StoppedThread> taken;
+  std::lock_guard<std::mutex> lock(stopped().m);
+  std::vector<StoppedThread>& all = stopped().threads;
+  for (auto it = all.begin(); it != all.end();) {
+    if (which(*it)) {
+      taken.push_back(std::move(*it));
+      it = all.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return taken;
+}
+
+void joinAll(std::vector<StoppedThread>& threads) {
+  for (StoppedThread& t : threads) {
+    if (t.thread.get_id() == std::this_thread::get_id())
+      t.thread.detach();
+    else
+      t.thread.join();
+  }
+}
+
 }  // namespace
 
-void stopThread(std::thread& t) {
+void stopServedThread(std::thread& t, std::shared_ptr<const std::atomic<bool>> ended) {
   if (!t.joinable()) return;
   if (t.get_id() != std::this_thread::get_id()) {
     t.join();
+    joinEndedThreads();
     return;
   }
   std::lock_guard<std::mutex> lock(stopped().m);
-  stopped().threads.push_back(std::move(t));
+  stopped().threads.push_back(StoppedThread{std::move(t), std::move(ended)});
+}
+
+void joinEndedThreads() {
+  std::vector<StoppedThread> threads = takeStopped([](const StoppedThread& t) {
+    return t.thread.get_id() != std::this_thread::get_id() &&
+           t.ended->load(std::memory_order_acquire);
+  });
+  joinAll(threads);
+}
+
+size_t stoppedThreads() {
+  std::lock_guard<std::mutex> lock(stopped().m);
+  return stopped().threads.size();
 }
 
 void joinStoppedThreads() {
-  std::vector<std::thread> threads;
-  {
-    std::lock_guard<std::mutex> lock(stopped().m);
-    threads.swap(stopped().threads);
-  }
-  for (std::thread& t : threads) {
-    if (t.get_id() == std::this_thread::get_id())
-      t.detach();
-    else
-      t.join();
-  }
+  std::vector<StoppedThread> threads = takeStopped([](const StoppedThread&) { return true; });
+  joinAll(threads);
 }
 
 // ---- LoomWork ----
@@ -218,6 +253,7 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
       timeoutMs_(timeout.count()),
       createdTimeoutMs_(std::min<int64_t>(timeout.count(), INT32_MAX)),
       store_(store) {
+  joinEndedThreads();  // of backends ended from their own callbacks
   loomUniqueId id;
   std::string message;
   const loomResult_t shared = shareId("loom_unique_id", &id, nullptr, &message);
@@ -256,7 +292,7 @@ void LoomBackend::stopCompletion() {
     completion_->stopping = true;
   }
   completion_->cv.notify_all();
-  stopThread(completer_);
+  stopThread(completer_, completion_);
 }
 
 void LoomBackend::shutdown() {
@@ -388,7 +424,8 @@ std::string LoomBackend::describe(loomResult_t r, const std::string& message,
 void LoomBackend::toSparseLane(std::function<void(bool run)> task) {
   std::lock_guard<std::mutex> lock(lane_->m);
   if (lane_->stopping) fail("the process group was shut down or aborted");
-  if (!sparseWorker_.joinable()) sparseWorker_ = std::thread([lane = lane_] { sparseLoop(lane); });
+  if (!sparseWorker_.joinable())
+    sparseWorker_ = startServed<LaneQueue>(lane_, [](const auto& lane) { sparseLoop(lane); });
   lane_->queue.push_back(std::move(task));
   lane_->cv.notify_all();
 }
@@ -433,7 +470,7 @@ void LoomBackend::stopSparseLane(bool aborted) {
     const loomComm_t lane = sparseComm_.exchange(nullptr);
     if (lane != nullptr) (void)loomCommAbort(lane);
   }
-  stopThread(sparseWorker_);
+  stopThread(sparseWorker_, lane_);
   const loomComm_t lane = sparseComm_.exchange(nullptr);
   if (lane != nullptr) (void)loomCommDestroy(lane);
 }
@@ -567,7 +604,8 @@ void LoomBackend::completeInBackground(c10::intrusive_ptr<LoomWork> work) {
   if (c.stopping) return;
   if (!completer_.joinable()) {
     const loomComm_t comm = comm_;
-    completer_ = std::thread([c = completion_, comm] { completionLoop(c, comm); });
+    completer_ = startServed<Served<c10::intrusive_ptr<LoomWork>>>(
+        completion_, [comm](const auto& c) { completionLoop(c, comm); });
   }
   c.queue.push_back(std::move(work));
   c.cv.notify_all();

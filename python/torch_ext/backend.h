@@ -51,15 +51,36 @@ struct Served {
   std::condition_variable cv;
   std::deque<T> queue;
   bool stopping = false;
+  // Set by the thread as its last step, once its loop has returned and holds nothing (a thread
+  // stopped from inside is then joined by the next stop or backend; see stopThread).
+  std::atomic<bool> ended{false};
 };
 struct LaneQueue : Served<std::function<void(bool)>> {
   bool aborted = false;  // the queued tasks fail instead of running
 };
-// Joins t; on t's own thread (a backend destroyed or shut down there), keeps it for
-// joinStoppedThreads instead.
-void stopThread(std::thread& t);
-// Joins the threads stopped from inside; called at the interpreter's exit, without the GIL.
+// Starts the thread that serves q with loop(q), which sets q->ended as it returns.
+template <typename Q>
+std::thread startServed(const std::shared_ptr<Q>& q,
+                        std::function<void(const std::shared_ptr<Q>&)> loop) {
+  return std::thread([q, loop = std::move(loop)] {
+    loop(q);
+    q->ended.store(true, std::memory_order_release);
+  });
+}
+// Joins t; on t's own thread (a backend destroyed or shut down there), keeps it, with the
+// queue whose `ended` says when it has finished, for a later join: by the next call here or
+// the next backend made once it has ended, else by joinStoppedThreads.
+void stopServedThread(std::thread& t, std::shared_ptr<const std::atomic<bool>> ended);
+template <typename Q>
+void stopThread(std::thread& t, const std::shared_ptr<Q>& q) {
+  stopServedThread(t, std::shared_ptr<const std::atomic<bool>>(q, &q->ended));
+}
+// Joins the threads stopped from inside that have ended (each is then at most its exit away).
+void joinEndedThreads();
+// Joins every thread stopped from inside; called at the interpreter's exit, without the GIL.
 void joinStoppedThreads();
+// How many threads stopped from inside are not joined yet.
+size_t stoppedThreads();
 
 class LoomWork : public c10d::Work {
  public:

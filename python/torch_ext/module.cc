@@ -25,4 +25,7 @@ PYBIND11_MODULE(_loom_torch, m) {
         py::call_guard<py::gil_scoped_release>(),
         "Joins the backend threads that a future's callback stopped (python/loom/torch.py calls "
         "it at exit).");
+  m.def("stopped_threads", &loom::torchext::stoppedThreads,
+        "How many backend threads that a future's callback stopped are not joined yet (each is "
+        "joined once it has ended, by the next backend made or shut down).");
 }

@@ -651,6 +651,13 @@ def ended_in_callback(c, rank, world):
         if rank == 0:
             c.expect("%s: the callback ran off the main thread" % what, torch.tensor(threads),
                      torch.tensor([False]))
+    # The threads those callbacks stopped have ended; the next backend made joins them.
+    time.sleep(0.2)
+    be = loom.torch._ext.create_backend(dist.PrefixStore("ended_next", store), rank, world,
+                                        datetime.timedelta(seconds=30))
+    c.expect("threads stopped in callbacks, left unjoined once a backend was made",
+             torch.tensor(loom.torch._ext.stopped_threads()), torch.tensor(0))
+    del be
 
 
 def mem_alloc(c, rank, world):
