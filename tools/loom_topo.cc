@@ -202,20 +202,29 @@ int main(int argc, char** argv) {
       file = next();
     else if (a == "--dump")
       dump = next();
-    else if (a == "--hosts")
-      hosts = std::atoi(next());
-    else if (a == "--ranks-per-host")
-      ranksPerHost = std::atoi(next());
-    else if (a == "--max-channels")
-      maxChannels = std::atoi(next());
-    else if (a == "--no-paths")
+    else if (a == "--hosts" || a == "--ranks-per-host" || a == "--max-channels" ||
+             a == "--ranks-per-core") {
+      // 0 for --ranks-per-host and --ranks-per-core: from the topology and the cores.
+      const bool hostsArg = a == "--hosts", channels = a == "--max-channels";
+      const long long lo = hostsArg || channels ? 1 : 0, hi = hostsArg ? 4096 : 1024;
+      int* out = hostsArg                  ? &hosts
+                 : channels                ? &maxChannels
+                 : a == "--ranks-per-host" ? &ranksPerHost
+                                           : &ranksPerCore;
+      const char* v = next();
+      long long x = 0;
+      if (!parseCount(v, &x) || x < lo || x > hi) {
+        std::fprintf(stderr, "loom-topo: %s: '%s' is not a whole number in [%lld, %lld]\n",
+                     a.c_str(), v, lo, hi);
+        return 2;
+      }
+      *out = static_cast<int>(x);
+    } else if (a == "--no-paths")
       paths = false;
     else if (a == "--graph")
       graphLinks = true;
     else if (a == "--no-predict")
       predict = false;
-    else if (a == "--ranks-per-core")
-      ranksPerCore = std::atoi(next());
     else if (a == "--coll")
       coll = next();
     else if (a == "--min-bytes" || a == "--max-bytes" || a == "--factor") {
@@ -250,10 +259,12 @@ int main(int argc, char** argv) {
                  coll.c_str());
     return 2;
   }
-  if (minBytes < 1 || maxBytes < minBytes || factor < 2) {
+  constexpr long long kMaxBytes = 1ll << 34;  // the direct schedule grows with the size
+  if (minBytes < 1 || maxBytes < minBytes || maxBytes > kMaxBytes || factor < 2) {
     std::fprintf(stderr,
-                 "loom-topo: --min-bytes must be >= 1, --max-bytes >= --min-bytes and "
-                 "--factor >= 2\n");
+                 "loom-topo: --min-bytes must be >= 1, --max-bytes >= --min-bytes and at most "
+                 "%lld, and --factor >= 2\n",
+                 kMaxBytes);
     return 2;
   }
   auto one = file.empty() ? localTopology() : loadTopologyFile(file);

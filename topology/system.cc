@@ -318,6 +318,11 @@ Status System::addNvLinks(const XmlNode& node, int host, int gpuNode) {
       return LOOM_ERROR(loomInvalidArgument, where(source_, node) + " is not inside a <gpu>");
     int64_t count = 0;
     LOOM_CHECK(intAttr(node, "count", source_, true, 0, &count));
+    constexpr int64_t kMaxNvLinks = 64;  // links between two devices (18 on an H100)
+    if (count < 1 || count > kMaxNvLinks)
+      return LOOM_ERROR(loomInvalidArgument, where(source_, node) + ": attribute count=\"" +
+                                                 std::to_string(count) + "\" is outside [1, " +
+                                                 std::to_string(kMaxNvLinks) + "]");
     const std::string* tclass = node.attr("tclass");
     if (tclass == nullptr)
       return LOOM_ERROR(loomInvalidArgument,

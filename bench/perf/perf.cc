@@ -737,6 +737,8 @@ bool ParseSize(const char* s, size_t* out) {
     shift = c == 'K' ? 10 : c == 'M' ? 20 : c == 'G' ? 30 : -1;
     if (shift < 0 || end[1] != '\0' || v > (~0ull >> shift)) return false;
   }
+  constexpr unsigned long long kMaxBytes = 1ull << 48;  // larger than any host's memory
+  if ((v << shift) > kMaxBytes) return false;
   *out = static_cast<size_t>(v << shift);
   return true;
 }
@@ -773,15 +775,18 @@ constexpr Flag kFlags[] = {
     {"-J", "--json", "write every row as JSON to this file"},
 };
 
+// The flags' list, after msg (to stderr, exit 2), or alone for -h/--help (to stdout, exit 0).
 [[noreturn]] void Usage(const FlagSet& fs, const std::string& msg) {
-  std::fprintf(stderr, "%s: %s\nusage: %s [flag value]...\n", fs.prog, msg.c_str(), fs.prog);
+  FILE* out = msg.empty() ? stdout : stderr;
+  if (!msg.empty()) std::fprintf(out, "%s: %s\n", fs.prog, msg.c_str());
+  std::fprintf(out, "usage: %s [flag value]...\n", fs.prog);
   for (const Flag& f : kFlags) {
     if (!fs.launches &&
         (std::strcmp(f.short_name, "-np") == 0 || std::strcmp(f.short_name, "-T") == 0))
       continue;
-    std::fprintf(stderr, "  %-4s %-15s %s\n", f.short_name, f.long_name, f.help);
+    std::fprintf(out, "  %-4s %-15s %s\n", f.short_name, f.long_name, f.help);
   }
-  std::exit(2);
+  std::exit(msg.empty() ? 0 : 2);
 }
 
 [[noreturn]] void Invalid(const FlagSet& fs, const std::string& flag, const std::string& value) {
@@ -821,6 +826,7 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value, key, name;
     bool has_value = false;
+    if (flag == "-h" || flag == "--help") Usage(fs, "");
     if (flag.rfind("--", 0) == 0 && flag.find('=') != std::string::npos) {
       value = flag.substr(flag.find('=') + 1);
       flag.resize(flag.find('='));
@@ -889,6 +895,8 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
   // -i alone selects an additive step; with -f, a factor above 1 wins (as in nccl-tests).
   if (step_set && !factor_set) o.step_factor = 1;
   if (o.min_bytes > o.max_bytes) Usage(fs, "-b/--minbytes is larger than -e/--maxbytes");
+  if (o.min_bytes == 0 && o.max_bytes > 0 && o.step_factor > 1)
+    Usage(fs, "-b/--minbytes 0 with a factor (-f) never grows; give -b 8 or a step (-i)");
   auto allowed_type = [&](const TypeInfo& t) { return fs.all_types || PeerType(t.type); };
   for (const TypeInfo& t : kTypes)
     if ((type_name == "all" && allowed_type(t)) || type_name == t.name) o.types.push_back(&t);

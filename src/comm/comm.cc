@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -512,6 +513,7 @@ Status Comm::dumpTrace(const std::string& path, const std::string& reason) {
     std::snprintf(name, sizeof(name), "/loom-trace-%016llx-rank%d.json",
                   static_cast<unsigned long long>(bootstrap_ ? bootstrap_->commHash() : 0), rank_);
     p = env::traceDir() + name;
+    ::mkdir(env::traceDir().c_str(), 0777);  // the folder, where it does not exist yet (umask)
   }
   return recorder_->dump(p, options_.name, bootstrap_ ? bootstrap_->commHash() : 0, reason);
 }

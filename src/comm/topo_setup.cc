@@ -60,6 +60,13 @@ Result<std::shared_ptr<const topo::System>> gatherSystem(bootstrap::Bootstrap& b
     if (local.isOk()) {
       blob = local.value();
       size = blob.size();
+    } else if (!env::topoFile().empty()) {  // asked for by name: say so, once a process
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        LOOM_WARN(kTopo, "LOOM_TOPO_FILE: %s; continuing without a system graph",
+                  local.status().message().c_str());
+      });
+      size = kNoTopology;
     } else {
       LOOM_INFO(kTopo, "no topology for this host (%s); continuing without a system graph",
                 local.status().message().c_str());

@@ -105,7 +105,8 @@ constexpr Var kVars[] = {
     {"LOOM_FLIGHT_RECORDER", "2000", "operations kept per communicator for traces (0: off)",
      "TORCH_NCCL_TRACE_BUFFER_SIZE"},
     {"LOOM_TRACE_DIR", "",
-     "dump each rank's flight recorder here on timeout, abort, SIGUSR1 and destroy",
+     "dump each rank's flight recorder here (a folder, made if missing) on timeout, abort, "
+     "SIGUSR1 and destroy",
      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"},
     {"LOOM_DIRECT_BYTES", "1048576", "bytes per direct buffer (three per rank, one host only)"},
     {"LOOM_DIRECT_STREAM_BYTES", "0",

@@ -45,12 +45,15 @@ grep -q 'agg iters: 2' <<<"$out" || fail "-m 2 not in the header"
 grep -q 'maxskew' <<<"$out" || fail "-I 1 printed no skew columns"
 
 # Bad flags: exit status 2, the flag named.
-for bad in "-C allreduce" "-a 4" "-r x" "-m 0" "-d quad" "-I 2"; do
+for bad in "-C allreduce" "-a 4" "-r x" "-m 0" "-d quad" "-I 2" "-e 18446744073709551615" \
+           "-b 0 -e 64K"; do
   msg=$("$perf" $bad 2>&1)
   rc=$?
   flag=${bad%% *}
   [ $rc -eq 2 ] && grep -q -- "$flag" <<<"$msg" || fail "'$bad': status $rc, message '$msg'"
 done
+msg=$("$perf" --help 2>/dev/null)
+[ $? -eq 0 ] && grep -q -- "--maxbytes" <<<"$msg" || fail "--help: status or list wrong: '$msg'"
 
 if [ -n "$mpi_perf" ] && [ -x "$mpi_perf" ] && command -v mpirun >/dev/null; then
   out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 3 --mca pml ob1 \

@@ -159,10 +159,11 @@ TEST(Straggler, LateRankIsNamedOnTheRingOverTcp) {
 
 // Rank 1 stops after three all-reduces; rank 0's fourth times out naming the
 // operation, rank 1 and rank 1's last completed operation, and its trace is
-// dumped into LOOM_TRACE_DIR with the operation marked failed.
+// dumped into LOOM_TRACE_DIR with the operation marked failed (a folder that did not exist:
+// the dump makes it).
 TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
   TempDir tmp;
-  const std::string& dir = tmp.path;
+  const std::string dir = tmp.path + "/made";
   LaunchOptions opts;
   opts.nranks = 2;
   opts.timeoutMs = 1500;

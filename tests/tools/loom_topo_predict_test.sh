@@ -105,6 +105,12 @@ expect_usage --coll --coll gather
 expect_usage --min-bytes --min-bytes 12x
 expect_usage --factor --factor 1
 expect_usage --max-bytes --min-bytes 64 --max-bytes 8
+expect_usage --max-bytes --max-bytes 9223372036854775807
+expect_usage --hosts --hosts 1e6
+expect_usage --hosts --hosts 4097
+expect_usage --max-channels --max-channels -5
+expect_usage --ranks-per-host --ranks-per-host abc
+expect_usage --ranks-per-core --ranks-per-core 2x
 msg=$(LOOM_ALGO=quick "$TOPO" --file "$FILE" --no-paths 2>&1 >/dev/null)
 [[ $? == 2 && $msg == *LOOM_ALGO* ]] || bad "LOOM_ALGO=quick: '$msg'"
 

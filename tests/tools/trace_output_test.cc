@@ -2,6 +2,7 @@
 // exception escapes) and its writers: the text lines, the Chrome/Perfetto
 // events, and the HTML page's structure.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -145,6 +146,17 @@ TEST(TraceInput, FolderAndFileErrors) {
   ASSERT_EQ(res.notes.size(), 1u);
   EXPECT_NE(res.notes[0].find("report.json"), std::string::npos);
   EXPECT_THROW(loadDumps({dir.file("report.json")}), NotADumpError);  // named outright: an error
+  // A pipe or a folder named *.json in the folder is passed over (a read of a pipe would block);
+  // named outright, it is an error that says what it is.
+  ASSERT_EQ(mkfifo(dir.file("pipe.json").c_str(), 0600), 0);
+  ASSERT_EQ(mkdir(dir.file("sub.json").c_str(), 0700), 0);
+  EXPECT_EQ(loadDumps({dir.path()}).notes.size(), 1u);
+  try {
+    loadDumps({dir.file("pipe.json")});
+    ADD_FAILURE() << "a pipe was read as a dump";
+  } catch (const TraceInputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
   ranks[1].nranks = 4;
   dir.write(ranks[1]);
   try {

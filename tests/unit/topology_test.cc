@@ -360,6 +360,28 @@ TEST(TopoPaths, NvbThroughOneGpu) {
   EXPECT_DOUBLE_EQ(s.path(s.gpu(0, 0), s.gpu(0, 2)).bw, 40.0);
 }
 
+TEST(TopoPaths, NvLinkCountOutOfRangeIsRefused) {
+  // A count no device has (a corrupted file) is refused, naming the attribute: it sizes the
+  // link's bandwidth and the ring search's repetitions.
+  for (const char* count : {"0", "-1", "65", "999999999999"}) {
+    std::string xml = R"(<system version="1">
+  <cpu numaid="0" affinity="0000000f" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85">
+    <pci busid="0000:01:00.0" class="0x030200" link_speed="8 GT/s" link_width="16">
+      <gpu dev="0" sm="70" rank="0" gdr="0"><nvlink target="0000:02:00.0" count="N" tclass="0x030200"/></gpu>
+    </pci>
+    <pci busid="0000:02:00.0" class="0x030200" link_speed="8 GT/s" link_width="16">
+      <gpu dev="1" sm="70" rank="1" gdr="0"><nvlink target="0000:01:00.0" count="2" tclass="0x030200"/></gpu>
+    </pci>
+  </cpu>
+</system>)";
+    xml.replace(xml.find("count=\"N\""), 9, std::string("count=\"") + count + "\"");
+    auto r = loadTopologyString(xml, "nvcount");
+    ASSERT_FALSE(r.isOk()) << count;
+    EXPECT_NE(r.status().message().find("count=\"" + std::string(count) + "\""), std::string::npos)
+        << r.status().message();
+  }
+}
+
 // ---- fusing NVML's and sysfs's view into a file, as detection does ------------------------
 
 // What NVML and sysfs report on a p4d.24xlarge: eight A100 (sm80), each with 12 NVLinks,

@@ -138,7 +138,16 @@ OpEntry parseOp(const json& o, const std::string& where, int nranks) {
   return e;
 }
 
+bool isRegularFile(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 std::string readWhole(const std::string& path) {
+  // A pipe or device would block the read or never end.
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw TraceInputError(path + ": not a regular file (a dump or a folder of dumps)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TraceInputError(path + ": cannot open: " + std::strerror(errno));
   std::stringstream s;
@@ -158,7 +167,8 @@ std::vector<std::string> jsonFilesIn(const std::string& dir) {
   if (d == nullptr) throw TraceInputError(dir + ": cannot open folder: " + std::strerror(errno));
   while (dirent* ent = readdir(d)) {
     std::string n = ent->d_name;
-    if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0 && n[0] != '.')
+    if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0 && n[0] != '.' &&
+        isRegularFile(dir + "/" + n))
       out.push_back(dir + "/" + n);
   }
   closedir(d);
