@@ -773,10 +773,15 @@ loomRedOp_t LoomBackend::redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
       if (!at::isFloatingType(t.scalar_type()) && !t.is_complex())
         fail(std::string("op: PREMUL_SUM of ") + c10::toString(t.scalar_type()) +
              " tensors (it scales floating-point and complex tensors only)");
+      if (s->tensor_factor.defined() && s->tensor_factor.is_complex())
+        fail("op: PREMUL_SUM with a complex factor (the loom backend scales by real factors)");
       const double f =
           s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
       const loomDataType_t dt = reduceType(t);
-      auto key = std::make_pair(static_cast<int>(dt), f);
+      // Keyed by the factor's bits: a NaN factor would compare equal to every key.
+      uint64_t bits = 0;
+      std::memcpy(&bits, &f, sizeof(bits));
+      auto key = std::make_pair(static_cast<int>(dt), bits);
       auto it = premul_.find(key);
       if (it != premul_.end()) return it->second;
       // A factor that changes every call would grow the cache without bound. Loom copies an

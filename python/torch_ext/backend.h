@@ -231,6 +231,8 @@ class LoomBackend : public c10d::Backend {
   // A sparse (COO) all-reduce, on the sparse lane: sizes, then indices and values are
   // all-gathered (the second step's sizes come from the first) and summed.
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  // All-reduces of several tensors (or one strided view) as one operation of this type.
+  Work allreduceMany(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op, c10d::OpType type);
   // The sparse lane: a thread that runs those operations in call order (the same order on every
   // rank) on a communicator of their own, so that they are asynchronous although each has two
   // dependent steps. The first one opens the lane's communicator there (rank 0 publishes its id
@@ -285,7 +287,7 @@ class LoomBackend : public c10d::Backend {
   uint64_t lastTicket_ = 0;  // of the last operation queued
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<LoomWork>> coalesced_;
-  std::map<std::pair<int, double>, loomRedOp_t> premul_;  // (dtype, factor) -> op
+  std::map<std::pair<int, uint64_t>, loomRedOp_t> premul_;  // (dtype, factor's bits) -> op
 
   // The sparse lane's tasks (argument: run; false: fail it).
   std::shared_ptr<LaneQueue> lane_ = std::make_shared<LaneQueue>();

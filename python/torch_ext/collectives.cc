@@ -35,10 +35,11 @@ class ArgName {
   size_t index_ = kNone;
 };
 
-// In-place element-wise operations (all-reduce, broadcast, reduce) take any dense layout
-// (channels_last, say: every rank's tensor has the same one). The rest take any strided tensor:
-// a tensor that is not contiguous moves through a contiguous copy (inputOf, outputOf), in its
-// elements' logical order, as gloo's users expect. An output's elements must not overlap.
+// In-place element-wise operations (all-reduce, broadcast, reduce) work on any dense layout
+// (channels_last, say: every rank's tensor has the same one) in place, and on a strided view
+// through a contiguous copy (denseOf). The rest take any strided tensor: a tensor that is not
+// contiguous moves through a contiguous copy (inputOf, outputOf), in its elements' logical
+// order, as gloo's users expect. An output's elements (in place: the tensor's) must not overlap.
 enum class Layout { Dense, Input, Output };
 
 void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout) {
@@ -47,11 +48,21 @@ void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout) {
     fail(arg.str() + ": a tensor on " + t.device().str() +
          "; the loom backend moves CPU tensors (register another backend for this device)");
   if (t.is_sparse()) fail(arg.str() + ": sparse tensors are not supported by the loom backend");
-  if (layout == Layout::Dense && !t.is_non_overlapping_and_dense())
-    fail(arg.str() + ": the tensor is not dense (a strided view)");
-  if (layout == Layout::Output && !t.is_contiguous() &&
-      at::has_internal_overlap(t) != at::MemOverlap::No)
+  // A strided view whose overlap torch cannot tell (MemOverlap::TooHard) is taken, as gloo takes
+  // it.
+  if (layout != Layout::Input && !t.is_non_overlapping_and_dense() &&
+      at::has_internal_overlap(t) == at::MemOverlap::Yes)
     fail(arg.str() + ": the output's elements overlap (an expanded tensor)");
+}
+
+// Where an in-place operation works on t: t itself when dense, else a contiguous copy, which
+// copyBack puts into t once done.
+std::vector<at::Tensor> denseOf(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const at::Tensor& t : ts)
+    out.push_back(t.is_non_overlapping_and_dense() ? t : t.contiguous());
+  return out;
 }
 
 // What Loom reads of input t: t itself, or a contiguous copy.
@@ -140,13 +151,18 @@ WorkPtr LoomBackend::broadcast(std::vector<at::Tensor>& tensors,
                                const c10d::BroadcastOptions& opts) {
   checkList(tensors, "tensors", Layout::Dense);
   const int root = rootOf(opts.rootRank, getSize());
-  return enqueue(c10d::OpType::BROADCAST, tensors, [&] {
-    grouped([&] {
-      for (at::Tensor& t : tensors)
-        check(loomBroadcast(t.data_ptr(), t.data_ptr(), bytes(t), loomUint8, root, comm_, nullptr),
-              "loomBroadcast");
-    });
-  });
+  const std::vector<at::Tensor> ds = denseOf(tensors);
+  return enqueue(
+      c10d::OpType::BROADCAST, tensors,
+      [&] {
+        grouped([&] {
+          for (const at::Tensor& t : ds)
+            check(loomBroadcast(t.data_ptr(), t.data_ptr(), bytes(t), loomUint8, root, comm_,
+                                nullptr),
+                  "loomBroadcast");
+        });
+      },
+      copyBack(tensors, ds), ds);
 }
 
 WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -154,7 +170,7 @@ WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
     return allreduceSparse(tensors[0], opts);
   checkList(tensors, "tensors", Layout::Dense);
-  if (tensors.size() == 1) {  // the common case, without a group
+  if (tensors.size() == 1 && tensors[0].is_non_overlapping_and_dense()) {  // the common case
     at::Tensor& t = tensors[0];
     const loomRedOp_t op = redOp(opts.reduceOp, t);
     return enqueue(c10d::OpType::ALLREDUCE, tensors, [&] {
@@ -163,7 +179,7 @@ WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
             "loomAllReduce");
     });
   }
-  return allreduce_coalesced(tensors, c10d::AllreduceCoalescedOptions{opts});
+  return allreduceMany(tensors, opts.reduceOp, c10d::OpType::ALLREDUCE);
 }
 
 loomResult_t LoomBackend::sumSparse(at::Tensor& t, uint64_t tag, std::string* message) {
@@ -172,15 +188,39 @@ loomResult_t LoomBackend::sumSparse(at::Tensor& t, uint64_t tag, std::string* me
   const at::Tensor idx = in.indices().contiguous();  // [sparse dims, nnz], int64
   const at::Tensor val = in.values().contiguous();   // [nnz, dense dims...]
   const int64_t nnz = in._nnz();
-  at::Tensor mine = at::full({1}, nnz, at::kLong), counts = at::empty({n}, at::kLong);
+  // Each rank's entry count, and what every rank must share: its sizes, sparse dimensions and
+  // dtype (a rank whose sizes differ would put indices out of another rank's bounds).
+  uint64_t sizesHash = 1469598103934665603ull;  // FNV-1a over the sizes
+  for (const int64_t d : in.sizes())
+    sizesHash = (sizesHash ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+  constexpr int kHeader = 5;
+  at::Tensor mine =
+      at::tensor({nnz, static_cast<int64_t>(in.dim()), in.sparse_dim(),
+                  static_cast<int64_t>(in.scalar_type()), static_cast<int64_t>(sizesHash)},
+                 at::kLong);
+  at::Tensor headers = at::empty({n, kHeader}, at::kLong);
   loomResult_t r = laneStep(
       [&](loomComm_t lane) {
         const loomResult_t r = loomCommSetOpTag(lane, tag);  // loom-trace numbers it as torch
         if (r != loomSuccess) return r;
-        return loomAllGather(mine.data_ptr(), counts.data_ptr(), 1, loomInt64, lane, nullptr);
+        return loomAllGather(mine.data_ptr(), headers.data_ptr(), kHeader, loomInt64, lane,
+                             nullptr);
       },
       message);
   if (r != loomSuccess) return r;
+  for (int q = 0; q < n; ++q) {  // every rank sees every header, so every rank refuses alike
+    if (headers[q].narrow(0, 1, kHeader - 1).equal(headers[0].narrow(0, 1, kHeader - 1))) continue;
+    std::string sizes;
+    for (const int64_t d : in.sizes()) sizes += (sizes.empty() ? "" : ", ") + std::to_string(d);
+    *message = "tensors[0]: rank " + std::to_string(q) +
+               "'s sparse tensor differs from rank 0's in its sizes, sparse dimensions or dtype "
+               "(rank " +
+               std::to_string(getRank()) + "'s: sizes [" + sizes + "], " +
+               std::to_string(in.sparse_dim()) + " sparse dimensions, " +
+               c10::toString(in.scalar_type()) + ")";
+    return loomInvalidArgument;
+  }
+  const at::Tensor counts = headers.select(1, 0).contiguous();
   const int64_t most = counts.max().item<int64_t>();
   at::Tensor idxPad = at::zeros({idx.size(0), most}, idx.options());
   idxPad.narrow(1, 0, nnz).copy_(idx);
@@ -250,16 +290,25 @@ WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions
 WorkPtr LoomBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                          const c10d::AllreduceCoalescedOptions& opts) {
   checkList(tensors, "tensors", Layout::Dense);
+  return allreduceMany(tensors, opts.reduceOp, c10d::OpType::ALLREDUCE_COALESCED);
+}
+
+WorkPtr LoomBackend::allreduceMany(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
+                                   c10d::OpType type) {
   std::vector<loomRedOp_t> ops;
-  for (const at::Tensor& t : tensors) ops.push_back(redOp(opts.reduceOp, t));
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
-    grouped([&] {
-      for (size_t i = 0; i < tensors.size(); ++i)
-        check(loomAllReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), reduceCount(tensors[i]),
-                            reduceType(tensors[i]), ops[i], comm_, nullptr),
-              "loomAllReduce");
-    });
-  });
+  for (const at::Tensor& t : tensors) ops.push_back(redOp(op, t));
+  const std::vector<at::Tensor> ds = denseOf(tensors);
+  return enqueue(
+      type, tensors,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < ds.size(); ++i)
+            check(loomAllReduce(ds[i].data_ptr(), ds[i].data_ptr(), reduceCount(ds[i]),
+                                reduceType(ds[i]), ops[i], comm_, nullptr),
+                  "loomAllReduce");
+        });
+      },
+      copyBack(tensors, ds), ds);
 }
 
 WorkPtr LoomBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
@@ -267,14 +316,18 @@ WorkPtr LoomBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::Reduce
   const int root = rootOf(opts.rootRank, getSize());
   std::vector<loomRedOp_t> ops;
   for (const at::Tensor& t : tensors) ops.push_back(redOp(opts.reduceOp, t));
-  return enqueue(c10d::OpType::REDUCE, tensors, [&] {
-    grouped([&] {
-      for (size_t i = 0; i < tensors.size(); ++i)
-        check(loomReduce(tensors[i].data_ptr(), tensors[i].data_ptr(), reduceCount(tensors[i]),
-                         reduceType(tensors[i]), ops[i], root, comm_, nullptr),
-              "loomReduce");
-    });
-  });
+  const std::vector<at::Tensor> ds = denseOf(tensors);
+  return enqueue(
+      c10d::OpType::REDUCE, tensors,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < ds.size(); ++i)
+            check(loomReduce(ds[i].data_ptr(), ds[i].data_ptr(), reduceCount(ds[i]),
+                             reduceType(ds[i]), ops[i], root, comm_, nullptr),
+                  "loomReduce");
+        });
+      },
+      copyBack(tensors, ds), ds);
 }
 
 WorkPtr LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -572,13 +625,18 @@ WorkPtr LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
     if (input.numel() != output.numel() || input.numel() % n)
       fail("output: " + std::to_string(output.numel()) + " elements for an input of " +
            std::to_string(input.numel()) + " in " + std::to_string(n) + " equal blocks");
+    // Loom's all-to-all does not run in place: an input that shares the output's memory is
+    // sent from a copy.
+    const at::Tensor send = at::get_overlap_status(in, out) == at::MemOverlapStatus::No
+                                ? in
+                                : in.clone(at::MemoryFormat::Contiguous);
     return enqueue(c10d::OpType::ALLTOALL_BASE, {output},
                    [&] {
-                     check(loomAllToAll(in.data_ptr(), out.data_ptr(), bytes(in) / n, loomUint8,
+                     check(loomAllToAll(send.data_ptr(), out.data_ptr(), bytes(send) / n, loomUint8,
                                         comm_, nullptr),
                            "loomAllToAll");
                    },
-                   copyBack({output}, {out}), {in, out});
+                   copyBack({output}, {out}), {send, out});
   }
   std::vector<size_t> sc, sd, rc, rd;
   blocksOf(in, inputSplits, n, "input", sc, sd);

@@ -458,6 +458,7 @@ def check():
         c.run("dropped irecv and isend", lambda: dropped_p2p(c, rank, world))
         c.run("mixed layouts", lambda: mixed_layouts(c, rank, world))
         c.run("argument errors", lambda: argument_errors(c, rank, world))
+        c.run("strided and aliased tensors", lambda: strided_and_aliased(c, rank, world))
         c.run("backend ended in a callback", lambda: ended_in_callback(c, rank, world))
     groups(c, rank, world)
     return {"checks": c.checks, "failures": c.failures, "errors": c.errors}
@@ -616,6 +617,58 @@ def argument_errors(c, rank, world):
     dist.all_reduce(t)
     c.expect("all_reduce after refused calls", t,
              stack([val(r, N, torch.float32) for r in range(world)]).sum(0))
+
+
+def strided_and_aliased(c, rank, world):
+    """loom only (gloo refuses some of these, or gets them wrong): in-place collectives on a
+    column of a matrix (a strided view, through a contiguous copy), outputs into columns,
+    all_to_all_single in place without splits, a PREMUL_SUM with a NaN factor and then finite
+    ones (each its own factor), and a sparse all-reduce whose sizes differ across ranks (refused
+    on every rank, the group usable after)."""
+    n = 3 * world
+    allsum = stack([val(r, n, torch.float32) for r in range(world)]).sum(0)
+    m = torch.zeros(n, 2)
+    m[:, 1] = val(rank, n, torch.float32)
+    dist.all_reduce(m[:, 1])
+    c.expect("all_reduce of a column", m, torch.stack([torch.zeros(n), allsum], 1))
+    m = torch.zeros(n, 2)
+    m[:, 0] = val(rank, n, torch.float32)
+    dist.broadcast(m[:, 0], src=world - 1)
+    c.expect("broadcast of a column", m[:, 0], val(world - 1, n, torch.float32))
+    m[:, 0] = val(rank, n, torch.float32)
+    dist.reduce(m[:, 0], dst=0)
+    if rank == 0:
+        c.expect("reduce of a column", m[:, 0], allsum)
+    out = torch.zeros(n, 2)
+    dist.all_gather_into_tensor(out[:, 1], val(rank, 3, torch.float32))
+    c.expect("all_gather_into_tensor into a column", out[:, 1],
+             torch.cat([val(r, 3, torch.float32) for r in range(world)]))
+    out = torch.zeros(3, 2)
+    dist.reduce_scatter_tensor(out[:, 0], val(rank, n, torch.float32))
+    c.expect("reduce_scatter_tensor into a column", out[:, 0], chunk(allsum, rank, 3))
+    t = val(rank, 2 * world, torch.float32)
+    dist.all_to_all_single(t, t)
+    c.expect("all_to_all_single in place", t,
+             torch.cat([chunk(val(r, 2 * world, torch.float32), rank, 2) for r in range(world)]))
+    got = []
+    for f in (float("nan"), 2.0, 0.5):
+        t = torch.ones(4)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(f))
+        got.append(t)
+    c.expect("premul_sum by NaN", torch.isnan(got[0]), torch.ones(4, dtype=torch.bool))
+    c.expect("premul_sum by 2 after NaN", got[1], torch.full((4,), 2.0 * world))
+    c.expect("premul_sum by 0.5 after NaN", got[2], torch.full((4,), 0.5 * world))
+    rows = 8 + rank  # sizes that differ across ranks
+    try:
+        dist.all_reduce(torch.sparse_coo_tensor(torch.tensor([[rows - 1]]), torch.ones(1, 2),
+                                                (rows, 2)))
+        c.expect("sparse all_reduce of different sizes refused", torch.tensor(False), True)
+    except Exception as e:  # noqa: BLE001  the message is what is checked
+        c.expect("sparse sizes that differ refused (%s)" % e, torch.tensor("differs" in str(e)),
+                 True)
+    s = torch.sparse_coo_tensor(torch.tensor([[rank]]), torch.ones(1, 2), (world, 2))
+    dist.all_reduce(s)
+    c.expect("sparse all_reduce after the refused one", s.to_dense(), torch.ones(world, 2))
 
 
 def ended_in_callback(c, rank, world):
