@@ -559,6 +559,23 @@ bool portsShared(const std::vector<int>& hostOf) {
   return std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
 }
 
+std::vector<Algo> algosOf(Coll coll) {
+  switch (coll) {
+    case Coll::AllReduce:
+      return {Algo::Direct, Algo::Ring, Algo::Tree, Algo::Rhd, Algo::Rd, Algo::Hier, Algo::HierRd};
+    case Coll::AllGather:
+    case Coll::ReduceScatter:
+      return {Algo::Ring, Algo::Rhd};
+    case Coll::Broadcast:
+    case Coll::Reduce:
+      return {Algo::Chain};
+    case Coll::AllToAll:
+    case Coll::SendRecv:
+      break;
+  }
+  return {Algo::Direct};
+}
+
 std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
                                   const std::vector<int>& hostOf, const Selection& sel) {
   const int ci = static_cast<int>(coll);

@@ -160,6 +160,8 @@ bool portsShared(const std::vector<int>& hostOf);
 // schedule for `coll` (direct first where `direct`, every rank on this host; hier only across
 // hosts unless LOOM_ALGO names it; rd as above), narrowed by `sel`; all of them when `sel`
 // allows none. hostOf[r] is rank r's host.
+// Every algorithm coll can run somewhere (tunerCandidates picks among them by size and layout).
+std::vector<Algo> algosOf(Coll coll);
 std::vector<Algo> tunerCandidates(Coll coll, size_t bytes, bool direct,
                                   const std::vector<int>& hostOf, const Selection& sel);
 

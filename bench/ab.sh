@@ -26,6 +26,12 @@ done
 shift $((OPTIND - 1))
 [ $# -eq 2 ] || { sed -n 2,13p "$0" >&2; exit 2; }
 old=$1 new=$2
+[[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "ab.sh: -r: '$reps' is not a count of 1 or more" >&2; exit 2; }
+IFS=, read -ra cfgs <<<"$configs"
+for cfg in "${cfgs[@]}"; do
+  [[ $cfg =~ ^(shm|tcp)[1-9][0-9]*$ ]] ||
+    { echo "ab.sh: -c: '$cfg' is not shmN or tcpN (N ranks)" >&2; exit 2; }
+done
 for b in "$old" "$new"; do
   [ -x "$b/loom-perf" ] || { echo "ab.sh: $b/loom-perf not built" >&2; exit 1; }
 done
@@ -42,7 +48,6 @@ run() {  # old|new config rep part
     -J "$work/$cfg.$part.$label.$rep.json" >/dev/null
 }
 
-IFS=, read -ra cfgs <<<"$configs"
 for cfg in "${cfgs[@]}"; do
   for ((r = 0; r < reps; r++)); do
     for part in small large; do

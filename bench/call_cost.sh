@@ -37,6 +37,12 @@ done
 shift $((OPTIND - 1))
 build=${1:-}
 [[ -n $build && -d $build ]] || { sed -n '4,5p' "$0" >&2; exit 2; }
+[[ $sizes =~ ^[0-9]+(,[0-9]+)*$ ]] ||
+  { echo "call_cost.sh: -s: '$sizes' is not a list of byte counts (8,256,4096)" >&2; exit 2; }
+for v in "n:$calls" "i:$icalls" "r:$reps"; do
+  [[ ${v#*:} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "call_cost.sh: -${v%%:*}: '${v#*:}' is not a count of 1 or more" >&2; exit 2; }
+done
 LOOM=$build/loom-call-cost
 MPI=$build/bench/peers/mpi-call-cost
 for tool in valgrind callgrind_annotate; do

@@ -8,7 +8,9 @@
 // thread can drive every rank of the process.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -69,7 +71,13 @@ void dumpSchedule(const algo::Schedule& s) {
   if (FILE* f = std::fopen(path.c_str(), "a")) {
     std::fprintf(f, "%s\n", algo::toJson(s).c_str());
     std::fclose(f);
+    return;
   }
+  static bool warned = false;  // under m
+  if (!warned)
+    LOOM_WARN(kEnv, "LOOM_SCHEDULE_DUMP: cannot open %s (%s); schedules are not written",
+              path.c_str(), std::strerror(errno));
+  warned = true;
 }
 
 // ---- Tuner ----
@@ -100,7 +108,27 @@ const algo::Selection& selectionFrom(const std::string& text, const char* variab
 
 // Parsed once per process (the variables are read once); no lock after the first call.
 const algo::Selection& algoSelection() {
-  static const algo::Selection& s = selectionFrom(env::algo(), "LOOM_ALGO", algo::algoNames());
+  static const algo::Selection& s = []() -> const algo::Selection& {
+    const algo::Selection& sel = selectionFrom(env::algo(), "LOOM_ALGO", algo::algoNames());
+    // A collective left none of its algorithms is not narrowed at all: say so (where it has a
+    // choice: LOOM_ALGO=ring leaves broadcast its one algorithm, chain, without a word).
+    for (int c = 0; c < algo::Selection::kColls; ++c) {
+      const auto coll = static_cast<algo::Coll>(c);
+      if (algo::algosOf(coll).size() < 2) continue;
+      std::string runs;
+      bool any = false;
+      for (algo::Algo a : algo::algosOf(coll)) {
+        any = any || sel.allows(coll, static_cast<int>(a));
+        runs += (runs.empty() ? "" : ", ") + std::string(algo::algoName(a));
+      }
+      if (!any)
+        LOOM_WARN(kTune,
+                  "LOOM_ALGO=%s leaves %s none of the algorithms it runs (%s); choosing "
+                  "among all of them",
+                  env::algo().c_str(), algo::collName(coll), runs.c_str());
+    }
+    return sel;
+  }();
   return s;
 }
 const algo::Selection& protoSelection() {

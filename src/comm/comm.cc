@@ -161,11 +161,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   if (!env::traceDir().empty()) trace::installSignalHandler();
   c->dumpRequestsSeen_ = trace::dumpRequests();
   const int64_t deadline = nowNs() + options.timeoutMs * 1000000;
-  const size_t slotBytes = static_cast<size_t>(std::max<int64_t>(4096, env::slotBytes()));
+  const size_t slotBytes = static_cast<size_t>(env::slotBytes());  // 4096..2^30
   // Rings need two slots per link: a recv-reduce-send holds the incoming slot
-  // while it waits for an outgoing one (the verifier proves depth 1 deadlocks).
-  const size_t depth =
-      static_cast<size_t>(std::clamp<int64_t>(env::fifoDepth(), 2, static_cast<int64_t>(16)));
+  // while it waits for an outgoing one (the verifier proves depth 1 deadlocks). 2..16.
+  const size_t depth = static_cast<size_t>(env::fifoDepth());
 
   LOOM_ASSIGN(std::string ip, net::localAddress());
   LOOM_ASSIGN(c->listener_, transport::TcpListener::open(ip));

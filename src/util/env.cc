@@ -59,8 +59,8 @@ constexpr Var kVars[] = {
      "1: never register device buffers for GPUDirect RDMA (dma-buf or peer memory); "
      "they stage through host memory",
      "NCCL_NET_GDR_LEVEL"},
-    {"LOOM_SLOT_BYTES", "262144", "bytes in one transport FIFO slot (the pipelining unit)",
-     "NCCL_BUFFSIZE"},
+    {"LOOM_SLOT_BYTES", "262144",
+     "bytes in one transport FIFO slot (the pipelining unit; 4096..2^30)", "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
      "polls of a wait before it yields (-1: 2000, or none when the ranks on this machine "
@@ -162,6 +162,16 @@ int64_t toInt(const char* name) {
   return x;
 }
 
+// name's value, taken into [lo, hi] with a warning where it lies outside.
+int64_t toIntIn(const char* name, int64_t lo, int64_t hi) {
+  const int64_t v = toInt(name);
+  if (v >= lo && v <= hi) return v;
+  const int64_t taken = v < lo ? lo : hi;
+  LOOM_WARN(kEnv, "%s=%lld is outside [%lld, %lld]; taking %lld", name, static_cast<long long>(v),
+            static_cast<long long>(lo), static_cast<long long>(hi), static_cast<long long>(taken));
+  return taken;
+}
+
 }  // namespace
 
 #define LOOM_ENV_STRING(fn, name)               \
@@ -226,8 +236,16 @@ bool cudaIpcDisable() {
   return value;
 }
 LOOM_ENV_INT(cudaIpcBytes, "LOOM_CUDA_IPC_BYTES")
-LOOM_ENV_INT(slotBytes, "LOOM_SLOT_BYTES")
-LOOM_ENV_INT(fifoDepth, "LOOM_FIFO_DEPTH")
+// The transport and the tuner's cost model read the same value.
+int64_t slotBytes() {
+  static const int64_t value = toIntIn("LOOM_SLOT_BYTES", 4096, int64_t{1} << 30);
+  return value;
+}
+int64_t fifoDepth() {
+  // Rings need two slots per link (the verifier proves depth 1 deadlocks).
+  static const int64_t value = toIntIn("LOOM_FIFO_DEPTH", 2, 16);
+  return value;
+}
 LOOM_ENV_INT(spinCount, "LOOM_SPIN_COUNT")
 LOOM_ENV_INT(yieldCount, "LOOM_YIELD_COUNT")
 LOOM_ENV_STRING(net, "LOOM_NET")

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -60,6 +61,9 @@ const Config& config() {
       c.level = Level::kInfo;
     else if (strcasecmp(lvl.c_str(), "TRACE") == 0)
       c.level = Level::kTrace;
+    else if (strcasecmp(lvl.c_str(), "WARN") != 0)  // the default level stays
+      std::fprintf(stderr, "loom: LOOM_DEBUG=%s is not NONE, WARN, INFO or TRACE; taking WARN\n",
+                   lvl.c_str());
     c.mask = parseSubsys(env::debugSubsys());
     gethostname(c.host, sizeof(c.host) - 1);
     const std::string& file = env::debugFile();
@@ -77,7 +81,11 @@ const Config& config() {
         }
       }
       int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) c.fd = fd;
+      if (fd >= 0)
+        c.fd = fd;
+      else
+        std::fprintf(stderr, "loom: LOOM_DEBUG_FILE: cannot open %s (%s); logging to stderr\n",
+                     path.c_str(), std::strerror(errno));
     }
     return c;
   }();

@@ -52,6 +52,17 @@ for bad in "-C allreduce" "-a 4" "-r x" "-m 0" "-d quad" "-I 2" "-e 184467440737
   flag=${bad%% *}
   [ $rc -eq 2 ] && grep -q -- "$flag" <<<"$msg" || fail "'$bad': status $rc, message '$msg'"
 done
+# Settings out of range or unknown: the run goes on, and each is named in a warning.
+msg=$(LOOM_SLOT_BYTES=3 LOOM_FIFO_DEPTH=0 LOOM_KERNEL_ISA=bogus LOOM_DEBUG=loud \
+      LOOM_ALGO='allgather:tree' LOOM_SCHEDULE_DUMP=/nonexistent/dir/s.json \
+      timeout 120 "$perf" -np 2 -b 8 -e 1K -C all_reduce,all_gather -n 2 -w 1 2>&1)
+[ $? -eq 0 ] || fail "a run with settings out of range failed: $msg"
+for want in "LOOM_SLOT_BYTES=3 is outside [4096, " "LOOM_FIFO_DEPTH=0 is outside [2, 16]" \
+            "LOOM_KERNEL_ISA=bogus" "LOOM_DEBUG=loud" "leaves allgather none of the algorithms" \
+            "LOOM_SCHEDULE_DUMP: cannot open"; do
+  grep -qF -- "$want" <<<"$msg" || fail "no warning '$want' in: $msg"
+done
+
 msg=$("$perf" --help 2>/dev/null)
 [ $? -eq 0 ] && grep -q -- "--maxbytes" <<<"$msg" || fail "--help: status or list wrong: '$msg'"
 

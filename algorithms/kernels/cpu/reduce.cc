@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -110,6 +111,9 @@ internal::Isa IsaLimitFromEnv() {
   if (value == nullptr) return internal::Isa::kAvx512;
   if (std::strcmp(value, "scalar") == 0) return internal::Isa::kScalar;
   if (std::strcmp(value, "avx2") == 0) return internal::Isa::kAvx2;
+  if (std::strcmp(value, "avx512") != 0 && *value != '\0')
+    std::fprintf(stderr, "loom: LOOM_KERNEL_ISA=%s is not scalar, avx2 or avx512; ignoring it\n",
+                 value);
   return internal::Isa::kAvx512;
 }
 
