@@ -194,6 +194,32 @@ TEST(TraceAnalysis, ARanksOwnArrivalWinsOverAnothersList) {
   EXPECT_EQ(a.ranks[1].maxLateNs, expectedFrom(truth, 2).max[1]);
 }
 
+// Of the other dumps' lists, the lowest rank's wins: rank 2's own dump has no list, ranks 1
+// and 3 both know it (rank 3's wrongly), rank 0 does not.
+TEST(TraceAnalysis, AnotherRanksListIsTakenLowestRankFirst) {
+  const auto truth = makeEntries(4, 5, 2, 1, 3 * kMs, 5);
+  std::vector<SynthRank> ranks = ranksFor(truth, 4);
+  for (size_t i = 0; i < truth.size(); ++i) {
+    ranks[2].ops[i].enterNs += 9 * kMs;  // wrong: the lists hold the truth
+    ranks[0].ops[i].arrivals =
+        std::vector<std::optional<int64_t>>{truth[i][0], std::nullopt, std::nullopt, std::nullopt};
+    ranks[1].ops[i].arrivals =
+        std::vector<std::optional<int64_t>>{std::nullopt, truth[i][1], truth[i][2], std::nullopt};
+    ranks[1].ops[i].pairForm = true;
+    ranks[3].ops[i].arrivals = std::vector<std::optional<int64_t>>{
+        std::nullopt, std::nullopt, truth[i][2] + 5 * kMs, std::nullopt};
+    ranks[3].ops[i].pairForm = true;
+  }
+  Analysis a = analyzeRanks(ranks);
+  const Expected x = expectedFrom(truth, 4);
+  ASSERT_EQ(a.timedOps, 5u);
+  for (size_t q = 0; q < 4; ++q) {
+    EXPECT_EQ(a.ranks[q].maxLateNs, x.max[q]) << "rank " << q;
+    EXPECT_EQ(a.ranks[q].timesLast, x.timesLast[q]) << "rank " << q;
+  }
+  for (size_t i = 0; i < truth.size(); ++i) EXPECT_EQ(a.ops[i].arrival[2], truth[i][2]);
+}
+
 // A rank the arrival list does not know falls back to its own entry time.
 TEST(TraceAnalysis, NullArrivalsFallBackToOwnEntry) {
   const auto enter = makeEntries(2, 6, 1, 2, 2 * kMs, 3);

@@ -49,9 +49,28 @@ expect no-input 1 "no dump folder or file given"
 expect unknown-option 1 "unknown option --frobnicate" "$data/straggler" --frobnicate
 expect no-value 1 "--html needs a value" "$data/straggler" --html
 expect absent-file 2 "absent.json: cannot open" "$data/absent.json"
+expect max-findings-negative 1 '--max-findings takes a whole number, not "-1"' "$data/straggler" \
+  --max-findings -1
+expect max-findings-plus 1 '--max-findings takes a whole number, not "+3"' "$data/straggler" \
+  --max-findings=+3
+expect max-findings-zero 0 "Verdict: consistent (exit 0)" "$data/straggler" --max-findings 0
+expect html-empty 1 "--html takes a file name, not an empty one" "$data/straggler" --html=
+expect perfetto-empty 1 "--perfetto takes a file name, not an empty one" "$data/straggler" \
+  --perfetto ""
+expect comm-empty 1 "--comm takes a communicator name or hash, not an empty one" \
+  "$data/straggler" --comm ""
 expect help 0 "usage: loom-trace" --help
 expect unwritable 1 "cannot write /nonexistent-dir/x.html" "$data/straggler" \
   --html /nonexistent-dir/x.html
+
+# A state the tool does not know is bad input naming the operation and the field, not "stuck".
+mkdir "$work/state"
+cp "$data"/stuck/*.json "$work/state/"
+sed -i 's/"state":"started"/"state":"running"/' "$work/state/loom-trace-00000000f1f1f1f1-rank2.json"
+expect unknown-state 2 \
+  'loom-trace-00000000f1f1f1f1-rank2.json: ops[5]: "state" is "running", not enqueued, started' \
+  "$work/state"
+rm -rf "$work/state"
 
 # A report written into the dump folder is skipped on the next run.
 cp "$data"/stuck/*.json "$work/"

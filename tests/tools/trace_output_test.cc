@@ -104,13 +104,104 @@ TEST(TraceInput, MalformedDumpsNameTheFileAndTheField) {
                    "\"arrivals\" holds a time out of range");
   EXPECT_THROW(parseDump("[1,2]", "/x/dump.json"), NotADumpError);
   // Empty lists: the pair form with no rank known.
-  RankDump d =
-      parseDump(R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"s","enterNs":1,)"
-                R"("arrivals":[],"firstArrivalNs":[[1,9]]}]})",
-                "/x/dump.json");
-  EXPECT_EQ(d.ops[0].arrivals, (std::vector<MaybeNs>{std::nullopt, std::nullopt}));
-  EXPECT_EQ(d.ops[0].firstArrivalNs, (std::vector<MaybeNs>{std::nullopt, 9}));
+  RankDump d = parseDump(
+      R"({"rank":0,"nranks":2,"ops":[{"seq":1,"coll":"a","state":"completed","enterNs":1,)"
+      R"("arrivals":[],"firstArrivalNs":[[1,9]]}]})",
+      "/x/dump.json");
+  EXPECT_TRUE(d.ops[0].arrivals.empty());
+  EXPECT_EQ(d.ops[0].firstArrivalNs, (RankTimes{{1, 9}}));
   EXPECT_NO_THROW(parseDump(good, "/x/dump.json"));
+}
+
+// A state the tool does not know is refused, naming the operation and the field, after every
+// other fault of the file; it is not read as "stuck".
+TEST(TraceInput, AnUnknownStateIsRefused) {
+  const std::string msg = expectInputError(
+      R"({"rank":0,"nranks":1,"ops":[{"seq":2,"coll":"a","state":"completed","enterNs":1},)"
+      R"({"seq":1,"coll":"a","state":"finished","enterNs":1}]})",
+      "ops[1]: \"state\" is \"finished\", not enqueued, started, completed or failed");
+  for (const char* state : {"enqueued", "started", "completed", "failed"})
+    EXPECT_NO_THROW(parseDump(std::string(R"({"rank":0,"nranks":1,"ops":[{"seq":1,"coll":"a",)") +
+                                  R"("state":")" + state + R"(","enterNs":1}]})",
+                              "/x/dump.json"))
+        << state;
+  TempDir dir;
+  std::vector<SynthRank> ranks = threeRanks();
+  ranks[1].ops[2].state = "running";
+  for (const SynthRank& r : ranks) dir.write(r);
+  try {
+    loadDumps({dir.path()});
+    ADD_FAILURE() << "an unknown state was accepted";
+  } catch (const TraceInputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank1.json: ops[2]: \"state\" is \"running\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Per-rank times hold only the ranks known, ascending, from either form; a rank named twice
+// keeps its last time, a null one keeps none.
+TEST(TraceInput, PerRankTimesHoldOnlyTheKnownRanks) {
+  RankDump d = parseDump(
+      R"({"rank":0,"nranks":4,"ops":[{"seq":1,"coll":"a","state":"completed","enterNs":1,)"
+      R"("arrivals":[null,5,null,7],"firstArrivalNs":[[3,9],[1,4],[3,null],[0,2],[1,6]]}]})",
+      "/x/dump.json");
+  const OpEntry& e = d.ops[0];
+  EXPECT_EQ(e.arrivals, (RankTimes{{1, 5}, {3, 7}}));
+  EXPECT_EQ(e.arrivals.size(), 2u);
+  EXPECT_EQ(e.arrivals.at(1), MaybeNs(5));
+  EXPECT_EQ(e.arrivals.at(0), std::nullopt);
+  EXPECT_EQ(e.arrivals.at(4), std::nullopt);
+  std::vector<RankTimes::Entry> first(e.firstArrivalNs.begin(), e.firstArrivalNs.end());
+  EXPECT_EQ(first, (std::vector<RankTimes::Entry>{{0, 2}, {1, 6}, {3, 9}}));
+}
+
+std::string loadError(const std::vector<std::string>& paths) {
+  try {
+    loadDumps(paths);
+  } catch (const TraceInputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+// A crafted rank count costs what the file holds: a million ranks and two operations are read
+// and analysed at once; operations x ranks beyond what the analysis holds are refused, naming
+// the file, whether in one file or over several.
+TEST(TraceInput, ACraftedRankCountIsBoundedByWhatIsHeld) {
+  TempDir dir;
+  auto crafted = [](int nranks, int rank, int nops, uint64_t firstSeq) {
+    std::string ops;
+    for (int i = 0; i < nops; ++i)
+      ops += std::string(i ? "," : "") + R"({"seq":)" + std::to_string(firstSeq + i) +
+             R"(,"coll":"allreduce","state":"completed","enterNs":)" + std::to_string(i + 1) +
+             R"(,"arrivals":[[)" + std::to_string(rank) + "," + std::to_string(i + 1) + "]]}";
+    return R"({"rank":)" + std::to_string(rank) + R"(,"nranks":)" + std::to_string(nranks) +
+           R"(,"commHash":"c","ops":[)" + ops + "]}";
+  };
+  const std::string big = dir.write("big.json", crafted(1 << 20, 0, 2, 1));
+  LoadResult res = loadDumps({big});
+  Analysis a = analyze(res.comms.at(0));
+  EXPECT_EQ(a.ops.size(), 2u);
+  EXPECT_EQ(a.noDump.size(), (1u << 20) - 1);
+  EXPECT_EQ(a.verdict(), kExitIncomplete);
+
+  const int many = static_cast<int>(kMaxAnalysisCells / (1 << 20)) + 1;
+  const std::string huge = dir.write("huge.json", crafted(1 << 20, 0, many, 1));
+  std::string msg = loadError({huge});
+  EXPECT_EQ(msg.rfind(huge + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find(std::to_string(many) + " operations x 1048576 ranks, more than this tool "
+                                            "analyses"),
+            std::string::npos)
+      << msg;
+  // Two files of one communicator, each within the bound, whose sequence numbers together are not.
+  const int half = many / 2 + 1;
+  const std::string a0 = dir.write("a0.json", crafted(1 << 20, 0, half, 1));
+  const std::string a1 = dir.write("a1.json", crafted(1 << 20, 1, half, 1000));
+  EXPECT_NO_THROW(loadDumps({a0}));
+  msg = loadError({a0, a1});
+  EXPECT_EQ(msg.rfind(a1 + ": ", 0), 0u) << msg;
 }
 
 // Every prefix of a valid dump, and every single-byte corruption of it, is

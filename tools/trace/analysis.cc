@@ -28,16 +28,26 @@ std::string formatBytes(uint64_t b) {
   return buf;
 }
 
-// Rank q's entry into one operation, rank 0's clock: from the `arrivals` of
-// q's own dump, else of another dump (lowest rank first), else q's own
-// enterNs + clockOffsetNs; nullopt when no dump knows it.
-MaybeNs arrivalOf(const CommTrace& comm, const std::vector<const OpEntry*>& present, size_t q) {
-  const OpEntry* own = present[q];
-  if (own != nullptr && q < own->arrivals.size() && own->arrivals[q]) return own->arrivals[q];
-  for (const OpEntry* e : present)
-    if (e != nullptr && q < e->arrivals.size() && e->arrivals[q]) return e->arrivals[q];
-  if (own != nullptr) return comm.ranks[q]->toRank0(own->enterNs);
-  return std::nullopt;
+// Every rank's entry into one operation, rank 0's clock: rank q's from the
+// `arrivals` of q's own dump, else of another dump (lowest rank first), else
+// q's own enterNs + clockOffsetNs; nullopt when no dump knows it. One pass over
+// the dumps' known entries: O(nranks + entries), not nranks per rank.
+void arrivalsOf(const CommTrace& comm, const std::vector<const OpEntry*>& present,
+                std::vector<MaybeNs>& arrival) {
+  const size_t n = present.size();
+  for (size_t q = 0; q < n; ++q)
+    if (present[q] != nullptr) arrival[q] = present[q]->arrivals.at(static_cast<int>(q));
+  for (size_t r = 0; r < n; ++r) {
+    if (present[r] == nullptr) continue;
+    for (const auto& [q, ns] : present[r]->arrivals) {
+      if (q < 0 || static_cast<size_t>(q) >= n) continue;  // the reader refuses these
+      MaybeNs& slot = arrival[static_cast<size_t>(q)];
+      if (!slot) slot = ns;
+    }
+  }
+  for (size_t q = 0; q < n; ++q)
+    if (!arrival[q] && present[q] != nullptr)
+      arrival[q] = comm.ranks[q]->toRank0(present[q]->enterNs);
 }
 
 // Times one operation: arrivals, lateness, skew, the last rank.
@@ -45,11 +55,9 @@ void timeOp(const CommTrace& comm, const std::vector<const OpEntry*>& present, i
             OpTiming& t) {
   const size_t n = static_cast<size_t>(comm.nranks);
   t.arrival.assign(n, std::nullopt);
+  arrivalsOf(comm, present, t.arrival);
   bool all = true;
-  for (size_t q = 0; q < n; ++q) {
-    t.arrival[q] = arrivalOf(comm, present, q);
-    all = all && t.arrival[q] && t.cells[q] != CellState::Missing;
-  }
+  for (size_t q = 0; q < n && all; ++q) all = t.arrival[q] && t.cells[q] != CellState::Missing;
   if (!all) return;
   t.timed = true;
   int64_t first = *t.arrival[0], last = first;
@@ -62,6 +70,7 @@ void timeOp(const CommTrace& comm, const std::vector<const OpEntry*>& present, i
     }
   }
   t.skewNs = last - first;
+  t.lateNs.reserve(n);
   for (size_t q = 0; q < n; ++q) t.lateNs.push_back(*t.arrival[q] - first);
   if (t.skewNs > uncertainty) t.lastRank = lastRank;
   for (size_t q = 0; q < n; ++q)
@@ -160,9 +169,11 @@ void peerDelays(const CommTrace& comm, Analysis& a) {
         w.waitedOnNs += static_cast<double>(e->maxWaitNs);
       }
       const int64_t entry = comm.ranks[r]->toRank0(e->enterNs);
-      for (size_t p = 0; p < e->firstArrivalNs.size() && p < n; ++p) {
-        if (p == r || !e->firstArrivalNs[p]) continue;
-        int64_t delay = *e->firstArrivalNs[p] - entry;
+      for (const auto& [sender, firstNs] : e->firstArrivalNs) {
+        if (sender < 0 || static_cast<size_t>(sender) >= n) continue;  // the reader refuses these
+        const size_t p = static_cast<size_t>(sender);
+        if (p == r) continue;
+        int64_t delay = firstNs - entry;
         if (t.arrival[p] && t.arrival[r]) {
           const int64_t senderLate = *t.arrival[p] - *t.arrival[r];
           if (senderLate > a.clockUncertaintyNs) delay -= senderLate;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -83,35 +84,42 @@ int64_t asTime(const json& v, const std::string& where, const std::string& key) 
 }
 
 // Per-rank times, in either form a dump may use: one entry per rank (a time
-// or null), or a list of [rank, time] pairs for the ranks known. Absent or
-// null: empty; otherwise nranks entries, nullopt where unknown.
-std::vector<MaybeNs> timesField(const json& obj, const std::string& key, const std::string& where,
-                                int nranks) {
+// or null), or a list of [rank, time] pairs for the ranks known (where a rank
+// appears twice, its last time wins). Only the known times are held.
+RankTimes timesField(const json& obj, const std::string& key, const std::string& where,
+                     int nranks) {
   const json* v = optionalField(obj, key);
-  std::vector<MaybeNs> out;
-  if (v == nullptr) return out;
+  if (v == nullptr) return {};
   if (!v->is_array()) bad(where, key, "must be an array or null");
   // An empty list is the pair form with no rank known.
   const bool pairs =
       v->empty() || std::any_of(v->begin(), v->end(), [](const json& e) { return e.is_array(); });
+  std::vector<RankTimes::Entry> out;
   if (!pairs) {
     if (v->size() != static_cast<size_t>(nranks))
       bad(where, key,
           "has " + std::to_string(v->size()) + " entries for " + std::to_string(nranks) + " ranks");
-    for (const json& t : *v)
-      out.push_back(t.is_null() ? MaybeNs() : MaybeNs(asTime(t, where, key)));
-    return out;
+    int r = 0;
+    for (const json& t : *v) {
+      if (!t.is_null()) out.emplace_back(r, asTime(t, where, key));
+      ++r;
+    }
+    return RankTimes(std::move(out));
   }
-  out.assign(static_cast<size_t>(nranks), std::nullopt);
+  out.reserve(v->size());  // one per pair: the file holds them
   for (const json& e : *v) {
     if (!e.is_array() || e.size() != 2)
       bad(where, key, "mixes [rank, time] pairs with other entries");
     const int64_t r = asInt64(e[0], where, key);
     if (r < 0 || r >= nranks)
       bad(where, key, "names rank " + std::to_string(r) + " of " + std::to_string(nranks));
-    if (!e[1].is_null()) out[static_cast<size_t>(r)] = asTime(e[1], where, key);
+    if (!e[1].is_null()) out.emplace_back(static_cast<int>(r), asTime(e[1], where, key));
   }
-  return out;
+  return RankTimes(std::move(out));
+}
+
+bool knownState(const std::string& s) {
+  return s == "enqueued" || s == "started" || s == "completed" || s == "failed";
 }
 
 OpEntry parseOp(const json& o, const std::string& where, int nranks) {
@@ -189,6 +197,28 @@ bool better(const RankDump& a, const RankDump& b) {
 
 }  // namespace
 
+RankTimes::RankTimes(std::vector<Entry> entries) : entries_(std::move(entries)) {
+  // Ascending rank, the last entry of a rank kept: stable sort, then keep each run's last.
+  if (std::adjacent_find(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
+        return a.first >= b.first;
+      }) == entries_.end())
+    return;  // the usual case: strictly ascending already
+  std::stable_sort(entries_.begin(), entries_.end(),
+                   [](const Entry& a, const Entry& b) { return a.first < b.first; });
+  size_t out = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i + 1 < entries_.size() && entries_[i + 1].first == entries_[i].first) continue;
+    entries_[out++] = entries_[i];
+  }
+  entries_.resize(out);
+}
+
+MaybeNs RankTimes::at(int rank) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), rank,
+                             [](const Entry& e, int r) { return e.first < r; });
+  return it != entries_.end() && it->first == rank ? MaybeNs(it->second) : std::nullopt;
+}
+
 const OpEntry* RankDump::find(uint64_t seq) const {
   auto it = std::lower_bound(ops.begin(), ops.end(), seq,
                              [](const OpEntry& e, uint64_t s) { return e.seq < s; });
@@ -237,21 +267,23 @@ RankDump parseDocument(const std::string& text, const std::string& file) {
       static_cast<uint64_t>(intField(doc, "lastCompletedSeq", file, 0, 0, kI64Max));
   const json& ops = requiredField(doc, "ops", file);
   if (!ops.is_array()) bad(file, "ops", "must be an array");
-  // Per-rank time lists are held dense (nranks entries per operation): bound the total so a
-  // crafted nranks cannot make a small file take gigabytes.
-  constexpr uint64_t kMaxCells = uint64_t{1} << 26;
-  if (static_cast<uint64_t>(ops.size()) * static_cast<uint64_t>(d.nranks) > kMaxCells)
-    bad(file, "ops",
-        std::to_string(ops.size()) + " operations x " + std::to_string(d.nranks) +
-            " ranks is more than this tool holds (" + std::to_string(kMaxCells) +
-            " per-rank entries)");
-  for (size_t i = 0; i < ops.size(); ++i)
+  d.ops.reserve(ops.size());
+  size_t unknownState = ops.size();  // the first operation whose state is none of the four
+  for (size_t i = 0; i < ops.size(); ++i) {
     d.ops.push_back(parseOp(ops[i], file + ": ops[" + std::to_string(i) + "]", d.nranks));
+    if (unknownState == ops.size() && !knownState(d.ops.back().state)) unknownState = i;
+  }
   std::stable_sort(d.ops.begin(), d.ops.end(),
                    [](const OpEntry& a, const OpEntry& b) { return a.seq < b.seq; });
   for (size_t i = 1; i < d.ops.size(); ++i)
     if (d.ops[i].seq == d.ops[i - 1].seq)
       throw TraceInputError(file + ": seq " + std::to_string(d.ops[i].seq) + " appears twice");
+  // Checked last, so that any other fault of a file is named first. A state the tool does not
+  // know is no finding (not "stuck"): the file is from a newer library or is damaged.
+  if (unknownState < ops.size())
+    bad(file + ": ops[" + std::to_string(unknownState) + "]", "state",
+        "is \"" + ops[unknownState]["state"].get<std::string>() +
+            "\", not enqueued, started, completed or failed");
   return d;
 }
 }  // namespace
@@ -259,26 +291,40 @@ RankDump parseDocument(const std::string& text, const std::string& file) {
 LoadResult loadDumps(const std::vector<std::string>& paths) {
   LoadResult res;
   std::vector<RankDump> dumps;
+  // What the dumps hold: an entry per operation and per known rank time. Each file's share is
+  // bounded by its size; this bounds their sum.
+  uint64_t held = 0;
+  auto keep = [&](RankDump d) {
+    for (const OpEntry& e : d.ops) held += 1 + e.arrivals.size() + e.firstArrivalNs.size();
+    if (held > kMaxHeldEntries)
+      throw TraceInputError(d.file + ": with this dump, the dumps read hold more than " +
+                            std::to_string(kMaxHeldEntries) +
+                            " operations and per-rank times, more than this tool holds");
+    dumps.push_back(std::move(d));
+  };
   for (const std::string& p : paths) {
     if (isDirectory(p)) {
       std::vector<std::string> files = jsonFilesIn(p);
       size_t before = dumps.size();
       for (const std::string& f : files) {
         try {
-          dumps.push_back(parseDump(readWhole(f), f));
+          keep(parseDump(readWhole(f), f));
         } catch (const NotADumpError& e) {
           res.notes.push_back(std::string("skipped ") + e.what());
         }
       }
       if (dumps.size() == before) throw TraceInputError(p + ": no Loom trace dumps in this folder");
     } else {
-      dumps.push_back(parseDump(readWhole(p), p));
+      keep(parseDump(readWhole(p), p));
     }
   }
   if (dumps.empty()) throw TraceInputError("no trace dumps given");
 
   std::map<std::pair<std::string, std::string>, CommTrace> byComm;  // (name, hash)
   std::map<std::string, std::string> nameOfHash;
+  // The analysis holds a cell per rank and sequence number any rank recorded (analysis.h):
+  // each communicator's sequence numbers so far, ascending.
+  std::map<std::string, std::vector<uint64_t>> seqsOfHash;
   for (RankDump& d : dumps) {
     // One communicator is one hash; its name is taken from the first dump.
     auto known = nameOfHash.emplace(d.commHash, d.comm).first;
@@ -287,12 +333,25 @@ LoadResult loadDumps(const std::vector<std::string>& paths) {
       c.name = known->second;
       c.hash = d.commHash;
       c.nranks = d.nranks;
-      c.ranks.resize(static_cast<size_t>(d.nranks));
     } else if (c.nranks != d.nranks) {
       throw TraceInputError(d.file + ": says " + std::to_string(d.nranks) + " ranks, but " +
                             "other dumps of communicator " + c.label() + " say " +
                             std::to_string(c.nranks));
     }
+    std::vector<uint64_t>& seqs = seqsOfHash[d.commHash];
+    std::vector<uint64_t> merged;
+    merged.reserve(seqs.size() + d.ops.size());
+    std::vector<uint64_t> own;
+    own.reserve(d.ops.size());
+    for (const OpEntry& e : d.ops) own.push_back(e.seq);
+    std::set_union(seqs.begin(), seqs.end(), own.begin(), own.end(), std::back_inserter(merged));
+    seqs.swap(merged);
+    if (static_cast<uint64_t>(seqs.size()) * static_cast<uint64_t>(c.nranks) > kMaxAnalysisCells)
+      throw TraceInputError(d.file + ": with this dump, communicator " + c.label() + " has " +
+                            std::to_string(seqs.size()) + " operations x " +
+                            std::to_string(c.nranks) + " ranks, more than this tool analyses (" +
+                            std::to_string(kMaxAnalysisCells) + " rank-operation cells)");
+    if (c.ranks.empty()) c.ranks.resize(static_cast<size_t>(c.nranks));  // checked first
     std::optional<RankDump>& slot = c.ranks[static_cast<size_t>(d.rank)];
     if (slot) {
       const bool replace = better(d, *slot);

@@ -8,17 +8,22 @@
 // may carry `arrivals`, the ranks' entry times in rank 0's clock as this rank
 // learnt them, and `firstArrivalNs`, when the first data from each peer
 // arrived, also in rank 0's clock. Both come either as one entry per rank (a
-// time, or null where unknown) or as a list of [rank, time] pairs.
+// time, or null where unknown) or as a list of [rank, time] pairs; either way
+// only the known ranks are held (RankTimes), so memory grows with the dumps'
+// size, not with ranks x operations.
 //
 // Reading never trusts the file: every field is type-checked, and anything
 // wrong is a TraceInputError whose message starts with the file's name.
 // Unknown fields are ignored, so newer dumps stay readable.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::tracetool {
@@ -38,6 +43,30 @@ class NotADumpError : public TraceInputError {
 
 using MaybeNs = std::optional<int64_t>;
 
+// Times of some ranks, one per rank at most, held sparsely: (rank, ns) in ascending rank.
+class RankTimes {
+ public:
+  using Entry = std::pair<int, int64_t>;
+
+  RankTimes() = default;
+  // Entries in any order; where a rank appears more than once, the last entry wins.
+  RankTimes(std::initializer_list<Entry> entries) : RankTimes(std::vector<Entry>(entries)) {}
+  explicit RankTimes(std::vector<Entry> entries);
+
+  // Rank r's time, nullopt when unknown.
+  MaybeNs at(int rank) const;
+  bool empty() const { return entries_.empty(); }
+  size_t size() const { return entries_.size(); }
+  // The known entries, ascending rank.
+  std::vector<Entry>::const_iterator begin() const { return entries_.begin(); }
+  std::vector<Entry>::const_iterator end() const { return entries_.end(); }
+  bool operator==(const RankTimes& o) const { return entries_ == o.entries_; }
+  bool operator!=(const RankTimes& o) const { return entries_ != o.entries_; }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
 struct OpEntry {
   uint64_t seq = 0;
   uint64_t tag = 0;  // the caller's own number for the operation (loomCommSetOpTag), 0: none
@@ -48,16 +77,16 @@ struct OpEntry {
   int dtype = -1;
   int op = -1;
   int root = -1;
-  std::string state;    // "enqueued", "started", "completed", "failed"
+  std::string state;    // "enqueued", "started", "completed", "failed" (nothing else is read)
   int64_t enterNs = 0;  // the rank's own clock
   int64_t endNs = 0;    // 0 while not ended
   int64_t waitNs = 0;
   int waitPeer = -1;
   int64_t maxWaitNs = 0;
   std::string error;
-  // Empty when absent; else one entry per rank (nullopt: unknown), rank 0's clock.
-  std::vector<MaybeNs> arrivals;
-  std::vector<MaybeNs> firstArrivalNs;
+  // The ranks known (none when absent), rank 0's clock.
+  RankTimes arrivals;
+  RankTimes firstArrivalNs;
 
   bool ended() const { return state == "completed" || state == "failed"; }
 };
@@ -101,7 +130,12 @@ struct LoadResult {
 // Loom dumps are skipped with a note), a file must be a dump. Groups the dumps
 // by communicator hash. Throws TraceInputError on unreadable or malformed
 // input, ranks out of range, or dumps of one communicator disagreeing on the
-// rank count.
+// rank count; and, naming the file that crosses it, on more than this tool
+// holds: kMaxHeldEntries operations and per-rank times over all files, or a
+// communicator whose operations x ranks (what the analysis holds per
+// operation and rank) exceed kMaxAnalysisCells.
+constexpr uint64_t kMaxHeldEntries = uint64_t{1} << 27;
+constexpr uint64_t kMaxAnalysisCells = uint64_t{1} << 24;
 LoadResult loadDumps(const std::vector<std::string>& paths);
 
 // Element size of a Loom data type code, 0 when unknown.

@@ -1,6 +1,9 @@
 // loom-trace: merges the flight-recorder dumps of a communicator's ranks and
 // reports stragglers, skew and hangs; optionally writes a Chrome/Perfetto trace
 // and an HTML page. See docs/TRACE.md for the output and the exit codes.
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -62,13 +65,23 @@ bool parseArgs(int argc, char** argv, Options& o, bool& help) {
     } else if (name == "--html" || name == "--perfetto" || name == "--comm" ||
                name == "--max-findings") {
       if (!takeValue()) return false;
+      // An empty value would silently mean "no file" or "every communicator".
+      if (value.empty() && name != "--max-findings") {
+        std::cerr << "loom-trace: " << name << " takes "
+                  << (name == "--comm" ? "a communicator name or hash" : "a file name")
+                  << ", not an empty one\n";
+        return false;
+      }
       if (name == "--html") o.html = value;
       if (name == "--perfetto") o.perfetto = value;
       if (name == "--comm") o.comm = value;
       if (name == "--max-findings") {
+        // strtoul would take "-1" (and " 1", "+1") and wrap it to the largest number.
         char* end = nullptr;
+        errno = 0;
         unsigned long n = std::strtoul(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0') {
+        if (value.empty() || !std::isdigit(static_cast<unsigned char>(value[0])) || *end != '\0' ||
+            errno == ERANGE) {
           std::cerr << "loom-trace: --max-findings takes a whole number, not \"" << value << "\"\n";
           return false;
         }

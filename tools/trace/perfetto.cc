@@ -34,8 +34,7 @@ std::pair<int64_t, int64_t> timeSpan(const CommTrace& c) {
     for (const OpEntry& e : d->ops) {
       lo = std::min(lo, d->toRank0(e.enterNs));
       hi = std::max(hi, d->toRank0(std::max(e.enterNs, e.endNs)));
-      for (const MaybeNs& t : e.arrivals)
-        if (t) lo = std::min(lo, *t);
+      for (const RankTimes::Entry& t : e.arrivals) lo = std::min(lo, t.second);
     }
   }
   return {lo, hi};
@@ -80,11 +79,11 @@ void addOperations(const CommTrace& c, const Analysis& a, int pid, int64_t lates
                         {"ts", us(start)},
                         {"dur", std::max<int64_t>(0, end - start) / 1000.0},
                         {"args", args}});
-      for (size_t p = 0; p < e.firstArrivalNs.size(); ++p)
-        if (e.firstArrivalNs[p] && static_cast<int>(p) != d->rank)
+      for (const auto& [p, t] : e.firstArrivalNs)
+        if (p != d->rank)
           events.push_back(
               instant("data from rank " + std::to_string(p) + " #" + std::to_string(e.seq), pid,
-                      tid, us(*e.firstArrivalNs[p])));
+                      tid, us(t)));
     }
   }
 }
