@@ -12,10 +12,15 @@ namespace {
 loomDataType_t dt(ncclDataType_t t) { return static_cast<loomDataType_t>(t); }
 loomRedOp_t op(ncclRedOp_t o) { return static_cast<loomRedOp_t>(o); }
 
-// Refuses device memory in either buffer, then runs the Loom call.
+// Refuses device memory in either buffer, and an operation NCCL does not have (Loom's bitwise
+// ones), then runs the Loom call.
 template <class F>
-ncclResult_t forward(const char* fn, const void* sendbuff, const void* recvbuff, F&& call) {
+ncclResult_t forward(const char* fn, const void* sendbuff, const void* recvbuff, F&& call,
+                     int64_t redOp = 0) {
   return shimGuard(fn, [&] {
+    if (redOp >= loomBand && redOp <= loomBxor)
+      return fail(ncclInvalidArgument, fn,
+                  "op: " + std::to_string(redOp) + " is not an NCCL reduction operation");
     ncclResult_t r = checkHost(fn, "sendbuff", sendbuff);
     if (r == ncclSuccess) r = checkHost(fn, "recvbuff", recvbuff);
     return r != ncclSuccess ? r : fromLoom(call());
@@ -29,9 +34,12 @@ extern "C" {
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, ncclRedOp_t o, ncclComm_t comm,
                             cudaStream_t stream) {
-  return forward("ncclAllReduce", sendbuff, recvbuff, [&] {
-    return loomAllReduce(sendbuff, recvbuff, count, dt(datatype), op(o), toLoom(comm), stream);
-  });
+  return forward(
+      "ncclAllReduce", sendbuff, recvbuff,
+      [&] {
+        return loomAllReduce(sendbuff, recvbuff, count, dt(datatype), op(o), toLoom(comm), stream);
+      },
+      o);
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -52,9 +60,13 @@ ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int r
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, ncclRedOp_t o, int root, ncclComm_t comm,
                          cudaStream_t stream) {
-  return forward("ncclReduce", sendbuff, recvbuff, [&] {
-    return loomReduce(sendbuff, recvbuff, count, dt(datatype), op(o), root, toLoom(comm), stream);
-  });
+  return forward(
+      "ncclReduce", sendbuff, recvbuff,
+      [&] {
+        return loomReduce(sendbuff, recvbuff, count, dt(datatype), op(o), root, toLoom(comm),
+                          stream);
+      },
+      o);
 }
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -67,10 +79,13 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                 ncclDataType_t datatype, ncclRedOp_t o, ncclComm_t comm,
                                 cudaStream_t stream) {
-  return forward("ncclReduceScatter", sendbuff, recvbuff, [&] {
-    return loomReduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), op(o), toLoom(comm),
-                             stream);
-  });
+  return forward(
+      "ncclReduceScatter", sendbuff, recvbuff,
+      [&] {
+        return loomReduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), op(o), toLoom(comm),
+                                 stream);
+      },
+      o);
 }
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,

@@ -6,8 +6,11 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
+#include <cctype>
 #include <cstddef>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <type_traits>
 #include <vector>
@@ -31,8 +34,14 @@ SAME(ncclInvalidArgument, loomInvalidArgument);
 SAME(ncclInvalidUsage, loomInvalidUsage);
 SAME(ncclRemoteError, loomRemoteError);
 SAME(ncclInProgress, loomInProgress);
-// Loom has one result more than NCCL (loomTimeout); fromLoom() maps it.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+SAME(ncclTimeout, loomTimeout);  // NCCL 2.30 has Loom's timeout result too
+constexpr ncclResult_t kTimeoutResult = ncclTimeout;
+#else
+// Loom has one result more than NCCL before 2.30 (loomTimeout); fromLoom() maps it.
 SAME(ncclNumResults, loomTimeout);
+constexpr ncclResult_t kTimeoutResult = ncclRemoteError;
+#endif
 
 static_assert(sizeof(ncclDataType_t) == sizeof(loomDataType_t), "datatype size");
 SAME(ncclInt8, loomInt8);
@@ -96,12 +105,35 @@ __attribute__((constructor)) void mirrorNcclEnvironment() {
 
 namespace loom::shim {
 
+thread_local const char* tEntryPoint = nullptr;
+
 ncclResult_t fromLoom(loomResult_t r) {
   if (r == loomSuccess) return ncclSuccess;
-  std::string msg = loomGetLastError(nullptr);
-  if (msg.compare(0, 4, "loom") == 0) msg.replace(0, 4, "nccl");
+  const std::string text = loomGetLastError(nullptr);
+  std::string msg;
+  size_t i = 0;
+  const size_t colon = text.find(':');
+  if (tEntryPoint != nullptr && text.compare(0, 4, "loom") == 0 && colon != std::string::npos &&
+      text.find(' ') > colon) {  // "loomCommInitRankConfig: ..." from ncclCommInitRank
+    msg = tEntryPoint;
+    i = colon;
+  }
+  while (i < text.size()) {  // loomX -> ncclX; LOOM_SHRINK_X -> NCCL_SHRINK_X
+    const bool wordStart =
+        i == 0 || !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_');
+    if (wordStart && text.compare(i, 4, "loom") == 0 && i + 4 < text.size() &&
+        std::isupper(static_cast<unsigned char>(text[i + 4]))) {
+      msg += "nccl";
+      i += 4;
+    } else if (wordStart && text.compare(i, 12, "LOOM_SHRINK_") == 0) {
+      msg += "NCCL_SHRINK_";
+      i += 12;
+    } else {
+      msg += text[i++];
+    }
+  }
   tLastError = msg;
-  if (r == loomTimeout) return ncclRemoteError;
+  if (r == loomTimeout) return kTimeoutResult;
   int v = static_cast<int>(r);
   return v > 0 && v < ncclNumResults ? static_cast<ncclResult_t>(v) : ncclInternalError;
 }
@@ -239,11 +271,15 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm) {
   return shimGuard("ncclCommFinalize", [&] { return fromLoom(loomCommFinalize(toLoom(comm))); });
 }
 
+// A NULL communicator (ncclCommSplit's with NCCL_SPLIT_NOCOLOR, say) is nothing to end, as in
+// NCCL.
 ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
   return shimGuard("ncclCommDestroy", [&] { return fromLoom(loomCommDestroy(toLoom(comm))); });
 }
 
 ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
   return shimGuard("ncclCommAbort", [&] { return fromLoom(loomCommAbort(toLoom(comm))); });
 }
 
@@ -299,6 +335,10 @@ const char* pncclGetErrorString(ncclResult_t result) {
       return "remote process exited, timed out, or there was a network error";
     case ncclInProgress:
       return "NCCL operation in progress";
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+    case ncclTimeout:
+      return "timed out waiting for a peer (ncclGetLastError names it)";
+#endif
     default:
       return "unknown result code";
   }
@@ -360,6 +400,17 @@ struct ncclWindow_vidmem {
 
 extern "C" {
 
+// The windows registered and not yet deregistered, and their communicators: a window is
+// refused by name once gone or on another communicator (not freed twice).
+std::mutex& windowsMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<ncclWindow_t, ncclComm_t>& windows() {
+  static auto* w = new std::map<ncclWindow_t, ncclComm_t>;  // outlives exit-time calls
+  return *w;
+}
+
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                      int winFlags) {
   return shimGuard("ncclCommWindowRegister", [&] {
@@ -367,16 +418,45 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
     ncclResult_t r = fromLoom(loomCommCount(toLoom(comm), &n));
     if (r != ncclSuccess) return r;
     if (win == nullptr) return fail(ncclInvalidArgument, "ncclCommWindowRegister", "win: NULL");
+    if (buff == nullptr && size > 0)
+      return fail(ncclInvalidArgument, "ncclCommWindowRegister", "buff: NULL");
     *win = new ncclWindow_vidmem{buff, size};
+    std::lock_guard<std::mutex> lock(windowsMutex());
+    windows()[*win] = comm;
     return ncclSuccess;
   });
 }
 
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  if (win == nullptr) return fail(ncclInvalidArgument, "ncclCommWindowDeregister", "win: NULL");
-  delete win;
-  return ncclSuccess;
+  return shimGuard("ncclCommWindowDeregister", [&] {
+    std::lock_guard<std::mutex> lock(windowsMutex());
+    auto it = windows().find(win);
+    if (it == windows().end())
+      return fail(ncclInvalidArgument, "ncclCommWindowDeregister",
+                  "win: not a registered window (NULL, or deregistered already)");
+    if (it->second != comm)
+      return fail(ncclInvalidArgument, "ncclCommWindowDeregister",
+                  "comm: not the communicator the window was registered on");
+    delete win;
+    windows().erase(it);
+    return ncclSuccess;
+  });
 }
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  return shimGuard("ncclWinGetUserPtr", [&] {
+    if (outUserPtr == nullptr)
+      return fail(ncclInvalidArgument, "ncclWinGetUserPtr", "outUserPtr: NULL");
+    std::lock_guard<std::mutex> lock(windowsMutex());
+    auto it = windows().find(win);
+    if (it == windows().end() || it->second != comm)
+      return fail(ncclInvalidArgument, "ncclWinGetUserPtr", "win: not a window registered on comm");
+    *outUserPtr = win->base;
+    return ncclSuccess;
+  });
+}
+#endif
 
 }  // extern "C"
 
@@ -410,3 +490,6 @@ LOOM_SHIM_ALIAS(ncclCommRegister)
 LOOM_SHIM_ALIAS(ncclCommDeregister)
 LOOM_SHIM_ALIAS(ncclCommWindowRegister)
 LOOM_SHIM_ALIAS(ncclCommWindowDeregister)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+LOOM_SHIM_ALIAS(ncclWinGetUserPtr)
+#endif

@@ -14,6 +14,11 @@
 #ifndef LOOM_SHIM_SHIM_H_
 #define LOOM_SHIM_SHIM_H_
 
+// NCCL 2.30's header declares ncclResetDebugInit only for Linux (else a macro); the shim is
+// built for Linux, as NCCL's library is, and exports it.
+#ifndef NCCL_OS_LINUX
+#define NCCL_OS_LINUX 1
+#endif
 #include <nccl.h>
 
 #include <string>
@@ -26,10 +31,14 @@ namespace loom::shim {
 inline loomComm_t toLoom(ncclComm_t c) { return reinterpret_cast<loomComm_t>(c); }
 inline ncclComm_t toNccl(loomComm_t c) { return reinterpret_cast<ncclComm_t>(c); }
 
-/// Maps a Loom result to NCCL's; on failure copies Loom's last-error text,
-/// renamed from loomX to ncclX, into the shim's. loomTimeout (no NCCL value)
-/// becomes ncclRemoteError: a peer did not answer in time.
+/// Maps a Loom result to NCCL's; on failure copies Loom's last-error text into the shim's, in
+/// NCCL's words: its leading "loomX:" becomes the NCCL entry point that shimGuard runs, and
+/// every other loomX ncclX. loomTimeout is ncclTimeout from NCCL 2.30 on, and ncclRemoteError
+/// before (a peer did not answer in time).
 ncclResult_t fromLoom(loomResult_t r);
+
+/// The NCCL entry point that shimGuard runs on this thread (nullptr outside one).
+extern thread_local const char* tEntryPoint;
 
 /// Records a failure found by the shim itself: "fn: message".
 ncclResult_t fail(ncclResult_t code, const char* fn, const std::string& message);
@@ -46,6 +55,11 @@ ncclResult_t toLoomConfig(const char* fn, const ncclConfig_t* config, loomConfig
 /// Runs f (returning ncclResult_t); any exception becomes ncclInternalError.
 template <class F>
 ncclResult_t shimGuard(const char* fn, F&& f) {
+  struct Entered {  // restored on the way out, whichever way that is
+    const char* outer = tEntryPoint;
+    ~Entered() { tEntryPoint = outer; }
+  } entered;
+  tEntryPoint = fn;
   try {
     return f();
   } catch (...) {

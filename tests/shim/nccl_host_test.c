@@ -396,6 +396,36 @@ static void checkErrors(ncclComm_t comm) {
   ncclResult_t async = ncclInternalError;
   CHECK_OK(ncclCommGetAsyncError(comm, &async));
   EXPECT(async == ncclSuccess, "async error %d on a healthy communicator", async);
+  /* Loom's own bitwise operations (0x40000000..2) are not NCCL's. */
+  r = ncclAllReduce(&x, &y, 1, ncclInt32, (ncclRedOp_t)0x40000000, comm, NULL);
+  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "op"),
+         "Loom's bitwise and: %d '%s'", r, ncclGetLastError(NULL));
+  /* The error names the NCCL call made, and no Loom function. */
+  r = ncclBcast(&x, 1, ncclInt32, gN, comm, NULL);
+  EXPECT(r == ncclInvalidArgument && strncmp(ncclGetLastError(NULL), "ncclBcast:", 10) == 0 &&
+             strstr(ncclGetLastError(NULL), "loom") == NULL,
+         "ncclBcast's error: '%s'", ncclGetLastError(NULL));
+  /* A NULL communicator (ncclCommSplit's with NCCL_SPLIT_NOCOLOR) is nothing to end. */
+  EXPECT(ncclCommDestroy(NULL) == ncclSuccess, "ncclCommDestroy(NULL)");
+  EXPECT(ncclCommAbort(NULL) == ncclSuccess, "ncclCommAbort(NULL)");
+  /* Windows: registered once, deregistered once; a second deregister is refused, not freed. */
+  ncclWindow_t win;
+  CHECK_OK(ncclCommWindowRegister(comm, &x, sizeof(x), &win, 0));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+  void* base = NULL;
+  CHECK_OK(ncclWinGetUserPtr(comm, win, &base));
+  EXPECT(base == &x, "ncclWinGetUserPtr gave %p, not %p", base, (void*)&x);
+  uint64_t bytes = 1;
+  CHECK_OK(ncclCommMemStats(comm, ncclStatGpuMemTotal, &bytes));
+  EXPECT(bytes == 0, "host-only shim reports %llu bytes of GPU memory", (unsigned long long)bytes);
+  r = ncclCommGrow(comm, gN + 1, NULL, -1, &c, NULL);
+  EXPECT(r == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "not supported"),
+         "ncclCommGrow: %d '%s'", r, ncclGetLastError(NULL));
+#endif
+  CHECK_OK(ncclCommWindowDeregister(comm, win));
+  r = ncclCommWindowDeregister(comm, win);
+  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "win"),
+         "second deregister: %d '%s'", r, ncclGetLastError(NULL));
 }
 
 /* Ranks of one parity form a communicator; its all-reduce sums their inputs. */

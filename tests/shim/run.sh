@@ -29,7 +29,7 @@ soname=$(readelf -d "$lib" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ -L "$shim/libnccl.so" ] && [ "$(readlink -f "$shim/libnccl.so")" = "$(readlink -f "$lib")" ] \
   && ok "libnccl.so links to the library" || fail "libnccl.so does not lead to libnccl.so.2"
 # Every function NCCL's header declares (nccl* and the profiling pnccl*) is exported.
-grep -oE '^[a-zA-Z_ *]*[ *](p?nccl[A-Za-z]+)\(' "$inc/nccl.h" | grep -oE 'p?nccl[A-Za-z]+\($' |
+grep -oE '^[a-zA-Z_ *]*[ *](p?nccl[A-Za-z0-9]+)\(' "$inc/nccl.h" | grep -oE 'p?nccl[A-Za-z0-9]+\($' |
   tr -d '(' | sort -u >"$work/declared"
 nm -D --defined-only "$lib" | awk '{print $3}' | sort -u >"$work/exported"
 missing=$(comm -23 "$work/declared" "$work/exported")
