@@ -35,8 +35,7 @@ ncclResult_t pncclCommGetUniqueId(ncclComm_t, ncclUniqueId*) {
   return unsupported("ncclCommGetUniqueId", kGrow);
 }
 
-ncclResult_t pncclCommGrow(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*,
-                           ncclConfig_t*) {
+ncclResult_t pncclCommGrow(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*) {
   return unsupported("ncclCommGrow", kGrow);
 }
 
@@ -76,10 +75,8 @@ ncclResult_t pncclWaitSignal(int, ncclWaitSignalDesc_t*, ncclComm_t, cudaStream_
 ncclResult_t pncclParamBind(ncclParamHandle_t*, const char*) {
   return unsupported("ncclParamBind", kParams);
 }
-#define LOOM_SHIM_PARAM_GET(name, type)                  \
-  ncclResult_t p##name(ncclParamHandle_t, type*) {       \
-    return unsupported(#name, kParams);                  \
-  }
+#define LOOM_SHIM_PARAM_GET(name, type) \
+  ncclResult_t p##name(ncclParamHandle_t, type*) { return unsupported(#name, kParams); }
 LOOM_SHIM_PARAM_GET(ncclParamGetI8, int8_t)
 LOOM_SHIM_PARAM_GET(ncclParamGetI16, int16_t)
 LOOM_SHIM_PARAM_GET(ncclParamGetI32, int32_t)
