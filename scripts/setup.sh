@@ -34,8 +34,9 @@ if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" 
 fi
 
 # NCCL's header, for the NCCL shim (shim/CMakeLists.txt looks in .deps/nccl/include): taken from
-# NCCL's pinned wheel, of which nothing else is kept. The shim is optional: without the header
-# it is not built, and its test skips.
+# NCCL's pinned wheel, of which nothing else is kept. The header includes the CUDA runtime's
+# headers, which come with the CUDA toolkit (/usr/local/cuda). The shim is optional: without
+# either it is not built, and its test skips.
 nccl_pin=nvidia-nccl-cu13==2.30.7
 nccl_inc=$(cd "$(dirname "$0")/.." && pwd)/.deps/nccl/include
 if [ ! -f "$nccl_inc/nccl.h" ] || ! grep -qx "$nccl_pin" "$nccl_inc/.pin" 2>/dev/null; then
@@ -43,7 +44,7 @@ if [ ! -f "$nccl_inc/nccl.h" ] || ! grep -qx "$nccl_pin" "$nccl_inc/.pin" 2>/dev
   if "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$wheels" \
        "$nccl_pin" >"$venv/pip-nccl.log" 2>&1; then
     mkdir -p "$nccl_inc"
-    "$venv/bin/python" - "$wheels" "$nccl_inc" <<'PY'
+    if "$venv/bin/python" - "$wheels" "$nccl_inc" <<'PY'
 import glob, os, sys, zipfile
 wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
 with zipfile.ZipFile(wheel) as z:
@@ -51,7 +52,11 @@ with zipfile.ZipFile(wheel) as z:
 with open(os.path.join(sys.argv[2], "nccl.h"), "wb") as f:
     f.write(data)
 PY
-    echo "$nccl_pin" >"$nccl_inc/.pin"
+    then
+      echo "$nccl_pin" >"$nccl_inc/.pin"
+    else
+      echo "setup.sh: no nccl.h in $nccl_pin's wheel; the NCCL shim will not be built" >&2
+    fi
   else
     echo "setup.sh: $nccl_pin could not be fetched (see $venv/pip-nccl.log); the NCCL shim" \
          "will not be built" >&2

@@ -37,7 +37,8 @@ inline ncclComm_t toNccl(loomComm_t c) { return reinterpret_cast<ncclComm_t>(c);
 /// before (a peer did not answer in time).
 ncclResult_t fromLoom(loomResult_t r);
 
-/// The NCCL entry point that shimGuard runs on this thread (nullptr outside one).
+/// The NCCL entry point that shimGuard runs on this thread, the outermost where one entry
+/// point calls another (nullptr outside one).
 extern thread_local const char* tEntryPoint;
 
 /// Records a failure found by the shim itself: "fn: message".
@@ -59,7 +60,7 @@ ncclResult_t shimGuard(const char* fn, F&& f) {
     const char* outer = tEntryPoint;
     ~Entered() { tEntryPoint = outer; }
   } entered;
-  tEntryPoint = fn;
+  if (tEntryPoint == nullptr) tEntryPoint = fn;  // the call the user made (ncclCommInitRank)
   try {
     return f();
   } catch (...) {

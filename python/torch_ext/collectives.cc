@@ -620,23 +620,23 @@ WorkPtr LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
   checkTensor(output, "output", Layout::Output);
   if (input.scalar_type() != output.scalar_type()) fail("output: not the input's dtype");
   const int n = getSize();
-  const at::Tensor in = inputOf(input), out = outputOf(output);
+  const at::Tensor out = outputOf(output);
+  // Loom's all-to-all does not run in place: an input that shares the output's memory is sent
+  // from a copy.
+  const at::Tensor in = at::get_overlap_status(input, out) == at::MemOverlapStatus::No
+                            ? inputOf(input)
+                            : input.clone(at::MemoryFormat::Contiguous);
   if (outputSplits.empty() && inputSplits.empty()) {
     if (input.numel() != output.numel() || input.numel() % n)
       fail("output: " + std::to_string(output.numel()) + " elements for an input of " +
            std::to_string(input.numel()) + " in " + std::to_string(n) + " equal blocks");
-    // Loom's all-to-all does not run in place: an input that shares the output's memory is
-    // sent from a copy.
-    const at::Tensor send = at::get_overlap_status(in, out) == at::MemOverlapStatus::No
-                                ? in
-                                : in.clone(at::MemoryFormat::Contiguous);
     return enqueue(c10d::OpType::ALLTOALL_BASE, {output},
                    [&] {
-                     check(loomAllToAll(send.data_ptr(), out.data_ptr(), bytes(send) / n, loomUint8,
+                     check(loomAllToAll(in.data_ptr(), out.data_ptr(), bytes(in) / n, loomUint8,
                                         comm_, nullptr),
                            "loomAllToAll");
                    },
-                   copyBack({output}, {out}), {send, out});
+                   copyBack({output}, {out}), {in, out});
   }
   std::vector<size_t> sc, sd, rc, rd;
   blocksOf(in, inputSplits, n, "input", sc, sd);

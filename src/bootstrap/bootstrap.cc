@@ -81,9 +81,11 @@ class Ring final : public Bootstrap {
   }
   Status openListener();
   // Runs op until it completes, the deadline passes or an abort; on failure the socket is
-  // closed (keepOpen: only op is cancelled) and the handler has run.
+  // closed (keepOpen: only op is cancelled, and an op that completed meanwhile succeeds) and the
+  // handler has run. *moved: the bytes op moved, all of them or up to the cut.
   Status await(tcp::socket& sock, const std::function<void(Done)>& op, const Limits& lim,
-               const std::function<std::string()>& what, error_code* ec, bool keepOpen = false);
+               const std::function<std::string()>& what, error_code* ec, bool keepOpen = false,
+               size_t* moved = nullptr);
   Status connectRetry(tcp::socket& sock, const sockaddr_in& addr, const std::string& whom,
                       const Limits& lim);
   Status exchangeWithRoot(const std::string& info, const Limits& lim);
@@ -135,7 +137,8 @@ Status Ring::openListener() {
 }
 
 Status Ring::await(tcp::socket& sock, const std::function<void(Done)>& op, const Limits& lim,
-                   const std::function<std::string()>& what, error_code* ec, bool keepOpen) {
+                   const std::function<std::string()>& what, error_code* ec, bool keepOpen,
+                   size_t* moved) {
   Pending p;
   op(Done{&p});
   Status s = waitFor(
@@ -147,8 +150,11 @@ Status Ring::await(tcp::socket& sock, const std::function<void(Done)>& op, const
     else
       sock.close(ignored);
     drain(io_);  // the handler points at p
+    // Kept open: an operation that completed meanwhile (its handler ran in the drain) stands.
+    if (keepOpen && p.done && !p.ec) s = Status::ok();
   }
   *ec = p.ec;
+  if (moved != nullptr) *moved = p.bytes;
   return s;
 }
 
@@ -220,18 +226,24 @@ Status Ring::exchangeWithRoot(const std::string& info, const Limits& lim) {
   // The root's proof comes with its reply, once every rank has joined.
   unsigned char proof[kChallengeBytes];
   unsigned char header[kReplyHeaderBytes];
-  auto readProof = [&](Done d) { asio::async_read(root, asio::buffer(proof), d); };
+  size_t got = 0;  // of the proof, once a wait for it was cut short
+  auto readProof = [&](Done d) {
+    asio::async_read(root, asio::buffer(proof + got, sizeof(proof) - got), d);
+  };
   Limits replyLim = lim;
   Status gaveUp;  // this rank's own timeout, when it left before the reply came
-  Status waited = await(root, readProof, lim, waiting, &ec, /*keepOpen=*/true);
+  Status waited = await(root, readProof, lim, waiting, &ec, /*keepOpen=*/true, &got);
   if (!waited.isOk()) {
     // Leave: the root then gives up and tells every rank that joined (this one too, within the
-    // grace) who never came. An aborted rank leaves without waiting for that word.
+    // grace) who never came. An aborted rank leaves without waiting for that word; a wait that
+    // failed otherwise just closes (the root takes that as a leave too).
     const bool timedOut = waited.code() == loomTimeout;
-    const unsigned char why = timedOut ? kLeaveTimeout : kLeaveAborted;
     error_code wec;
-    asio::write(root, asio::buffer(&why, 1), wec);
-    if (!wec) root.shutdown(tcp::socket::shutdown_send, wec);
+    if (timedOut || waited.code() == loomInvalidUsage) {
+      const unsigned char why = timedOut ? kLeaveTimeout : kLeaveAborted;
+      asio::write(root, asio::buffer(&why, 1), wec);
+      if (!wec) root.shutdown(tcp::socket::shutdown_send, wec);
+    }
     if (!timedOut) {
       root.close(wec);
       return waited;

@@ -181,6 +181,10 @@ class Root {
   bool tablesSent_ = false;
   bool served_ = false;
   Status left_;  // why the rendezvous ended early: a joined rank left
+  // Once the root has given up: why, and the code it refuses with (a rank whose hello completes
+  // after that is refused too, and no table is ever sent).
+  std::string gaveUpWhy_;
+  loomResult_t gaveUpCode_ = loomSuccess;
 };
 
 Status Root::run(int listenFd) {
@@ -215,13 +219,15 @@ Status Root::run(int listenFd) {
                                   : "stopped with " + progress() +
                                         ": rank 0, which hosts it, stopped waiting (see its error)";
     LOOM_WARN(kBootstrap, "rendezvous root at %s: %s", where_.c_str(), why.c_str());
+    gaveUpWhy_ = why;
+    gaveUpCode_ = s.code() == loomTimeout ? loomTimeout : loomRemoteError;
+    error_code closing;
+    acceptor_.close(closing);
     for (const ConnPtr& c : byRank_)
-      if (c && c->open)
-        refuse(c, s.code() == loomTimeout ? loomTimeout : loomRemoteError, why,
-               /*warn=*/false);
+      if (c && c->open) refuse(c, gaveUpCode_, why, /*warn=*/false);
     // Each rank closes once it has read its refusal. Closing first, with a leave byte unread,
     // would reset the connection, and a rank whose refusal was not read yet would lose it.
-    Limits grace = makeLimits(lim_.who, 1000, nullptr, nullptr);
+    Limits grace = makeLimits(lim_.who, 1000, stop_, nullptr);
     Status ignored = waitFor(
         io_,
         [this] {
@@ -381,6 +387,8 @@ void Root::onInfo(const ConnPtr& c) {
                 "its MAC does not match (a rank of another communicator, a stranger, or a "
                 "replayed hello)");
   }
+  // A hello that completes after the root gave up gets the same word as the ranks before it.
+  if (!gaveUpWhy_.empty()) return refuse(c, gaveUpCode_, gaveUpWhy_, /*warn=*/false);
   loomResult_t code = loomSuccess;
   std::string why = check(*c, &code);
   if (!why.empty()) return refuse(c, code, why);
@@ -414,9 +422,11 @@ void Root::watchLeave(const ConnPtr& c) {
       left_ = LOOM_ERROR(loomTimeout, who + " timed out waiting for the table");
     else if (!ec && n == 1 && byte == kLeaveAborted)
       left_ = LOOM_ERROR(loomRemoteError, who + " was aborted");
+    else if (!ec)
+      left_ = LOOM_ERROR(loomRemoteError, who + " sent a byte that is not a leave (" +
+                                              std::to_string(byte) + ") and was dropped");
     else
-      left_ = LOOM_ERROR(loomRemoteError, who + " closed its connection (" +
-                                              (ec ? ec.message() : std::string("an unknown byte")) +
+      left_ = LOOM_ERROR(loomRemoteError, who + " closed its connection (" + ec.message() +
                                               "; its process may have exited)");
   });
 }

@@ -143,11 +143,12 @@ inline std::string ringFields(int rank, int listener, int nranks) {
 struct Pending {
   bool done = false;
   error_code ec;
+  size_t bytes = 0;  // what a read or write moved, also when it was cancelled part way
 };
 struct Done {
   Pending* p;
   void operator()(const error_code& e) const { p->ec = e, p->done = true; }
-  void operator()(const error_code& e, size_t) const { p->ec = e, p->done = true; }
+  void operator()(const error_code& e, size_t n) const { p->ec = e, p->done = true, p->bytes = n; }
 };
 
 // What a wait gives up on.

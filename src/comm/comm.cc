@@ -512,7 +512,11 @@ Status Comm::dumpTrace(const std::string& path, const std::string& reason) {
     std::snprintf(name, sizeof(name), "/loom-trace-%016llx-rank%d.json",
                   static_cast<unsigned long long>(bootstrap_ ? bootstrap_->commHash() : 0), rank_);
     p = env::traceDir() + name;
-    ::mkdir(env::traceDir().c_str(), 0777);  // the folder, where it does not exist yet (umask)
+    // The folder and those above it, where they do not exist yet (umask applies).
+    const std::string& dir = env::traceDir();
+    for (size_t at = dir.find('/', 1); at != std::string::npos; at = dir.find('/', at + 1))
+      ::mkdir(dir.substr(0, at).c_str(), 0777);
+    ::mkdir(dir.c_str(), 0777);
   }
   return recorder_->dump(p, options_.name, bootstrap_ ? bootstrap_->commHash() : 0, reason);
 }

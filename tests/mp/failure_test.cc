@@ -362,9 +362,9 @@ TEST(Timeouts, InitEndsWhenAJoinedRankExits) {
     loomUniqueId id;
     loomComm_t comm = nullptr;
     loomResult_t r = loomGetUniqueId(&id);
-    if (ctx.rank == 1) {  // joins, then its process ends mid-initialisation
+    if (ctx.rank == 1) {  // joins (within milliseconds), then its process ends mid-initialisation
       std::thread([] {
-        usleep(300 * 1000);
+        usleep(1000 * 1000);
         _exit(0);
       }).detach();
     }

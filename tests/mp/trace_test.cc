@@ -163,7 +163,7 @@ TEST(Straggler, LateRankIsNamedOnTheRingOverTcp) {
 // the dump makes it).
 TEST(Straggler, MissingRankTimesOutWithItsLastOperation) {
   TempDir tmp;
-  const std::string dir = tmp.path + "/made";
+  const std::string dir = tmp.path + "/made/here";
   LaunchOptions opts;
   opts.nranks = 2;
   opts.timeoutMs = 1500;

@@ -650,6 +650,10 @@ def strided_and_aliased(c, rank, world):
     dist.all_to_all_single(t, t)
     c.expect("all_to_all_single in place", t,
              torch.cat([chunk(val(r, 2 * world, torch.float32), rank, 2) for r in range(world)]))
+    t = val(rank, 2 * world, torch.float32)
+    dist.all_to_all_single(t, t, [2] * world, [2] * world)
+    c.expect("all_to_all_single in place with splits", t,
+             torch.cat([chunk(val(r, 2 * world, torch.float32), rank, 2) for r in range(world)]))
     got = []
     for f in (float("nan"), 2.0, 0.5):
         t = torch.ones(4)
