@@ -897,6 +897,11 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
   if (o.min_bytes > o.max_bytes) Usage(fs, "-b/--minbytes is larger than -e/--maxbytes");
   if (o.min_bytes == 0 && o.max_bytes > 0 && o.step_factor > 1)
     Usage(fs, "-b/--minbytes 0 with a factor (-f) never grows; give -b 8 or a step (-i)");
+  // -I keeps every rank's arrival time of every timed call (8 bytes each, per rank).
+  constexpr int kMaxSkewIters = 1 << 22;
+  if (o.skew != 0 && o.iters > kMaxSkewIters)
+    Usage(fs, "-n/--iters above " + std::to_string(kMaxSkewIters) +
+                  " with -I/--skew 1 (which keeps every call's arrival times)");
   auto allowed_type = [&](const TypeInfo& t) { return fs.all_types || PeerType(t.type); };
   for (const TypeInfo& t : kTypes)
     if ((type_name == "all" && allowed_type(t)) || type_name == t.name) o.types.push_back(&t);

@@ -46,7 +46,7 @@ grep -q 'maxskew' <<<"$out" || fail "-I 1 printed no skew columns"
 
 # Bad flags: exit status 2, the flag named.
 for bad in "-C allreduce" "-a 4" "-r x" "-m 0" "-d quad" "-I 2" "-e 18446744073709551615" \
-           "-b 0 -e 64K"; do
+           "-b 0 -e 64K" "-n 1073741824 -I 1"; do
   msg=$("$perf" $bad 2>&1)
   rc=$?
   flag=${bad%% *}

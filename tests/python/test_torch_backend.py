@@ -57,6 +57,7 @@ ALLOWED_ERRORS = {
 # with fp32 accumulation: 6e-8 for the fp32 variants, 1.6e-3 for the bf16 ones; loom
 # against gloo: 1.2e-7 and 2e-3.
 TOL = {"ddp": 1e-5, "ddp_unused": 1e-5, "hook_allreduce": 1e-5, "zero": 1e-5, "fsdp": 1e-5,
+       "pipeline": 1e-5,
        "hook_bf16": 1e-2, "bf16_master": 1e-2, "fsdp_bf16": 1e-2, "tp": 1e-5, "tp_compiled": 1e-5}
 VARIANTS = sorted(TOL)
 
@@ -158,7 +159,8 @@ class Training(unittest.TestCase):
                 self.assertLess(losses[-1], 0.5 * losses[0],
                                 "%s %s did not learn: %s" % (where, v, losses))
         v = out[0]["variants"]
-        for name, want in (("ddp", ref["ddp"]), ("fsdp", ref["fsdp"])):
+        for name, want in (("ddp", ref["ddp"]), ("fsdp", ref["fsdp"]),
+                           ("pipeline", ref["pipeline"])):
             self.assertLess(maxdiff(v[name]["params"], want), 1e-5,
                             "%s %s against one process" % (where, name))
         self.assertLess(maxdiff(v["fsdp_bf16"]["params"], ref["fsdp"]), 0.05, where + " fsdp_bf16")

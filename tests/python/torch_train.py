@@ -9,6 +9,8 @@ and the same per-rank batches, so that two backends can be compared step by step
   bf16_master   a bfloat16 model whose gradients are all-reduced in bfloat16 and applied
                 to an fp32 master copy (SGD with momentum), copied back every step
   zero          ZeroRedundancyOptimizer (Adam) over DDP; parameters broadcast by their owner
+  pipeline      torch.distributed.pipelining's GPipe: the MLP split into one stage per rank,
+                activations and gradients sent between stages (4 micro-batches a step)
 
 run() returns {"variants": {name: {"losses": [this rank's], "params": [...], ...}},
 "reference": {"ddp": ...}}: on rank 0, the ddp variant trained in one process on every rank's
@@ -160,6 +162,55 @@ def train_zero(rank):
     return {"losses": losses, "params": flat(model.parameters()), "owned": owned}
 
 
+def stage_of(model, stage, stages):
+    """The mlp's layers of one pipeline stage: its 4 linears (each with the Tanh after it)
+    shared out in order, 4 / stages to a stage."""
+    layers = list(model)
+    per = 8 // stages
+    return nn.Sequential(*layers[stage * per:(stage + 1) * per])
+
+
+def train_pipeline(rank, world):
+    """GPipe over one stage per rank: rank 0 feeds the batch, the last rank computes the loss;
+    every rank returns every stage's parameters (gathered) and the last rank's losses."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    module = stage_of(mlp(), rank, world)
+    stage = PipelineStage(module, rank, world, torch.device("cpu"))
+    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.mse_loss)
+    opt = torch.optim.SGD(module.parameters(), lr=LR, momentum=0.9)
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad()
+        x, y = batch(step, 0)
+        if rank == 0:
+            schedule.step(x)
+        elif rank == world - 1:
+            micro = []
+            schedule.step(target=y, losses=micro)
+            losses.append(sum(m.item() for m in micro) / len(micro))
+        else:
+            schedule.step()
+        opt.step()
+    mine = flat(module.parameters())
+    stages = [None] * world
+    dist.all_gather_object(stages, mine)
+    last = [losses]
+    dist.broadcast_object_list(last, src=world - 1)
+    return {"losses": last[0], "params": [v for s in stages for v in s]}
+
+
+def reference_pipeline():
+    """The pipeline variant in one process: the whole mlp on the same batches."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    for step in range(STEPS):
+        opt.zero_grad()
+        x, y = batch(step, 0)
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    return flat(model.parameters())
+
+
 def run():
     rank, world = dist.get_rank(), dist.get_world_size()
     variants = {}
@@ -167,4 +218,7 @@ def run():
         variants[v] = train_ddp(v, rank)
     variants["bf16_master"] = train_bf16_master(rank, world)
     variants["zero"] = train_zero(rank)
-    return {"variants": variants, "reference": {"ddp": reference_ddp(world) if rank == 0 else None}}
+    variants["pipeline"] = train_pipeline(rank, world)
+    return {"variants": variants,
+            "reference": {"ddp": reference_ddp(world) if rank == 0 else None,
+                          "pipeline": reference_pipeline() if rank == 0 else None}}
