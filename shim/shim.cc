@@ -287,6 +287,7 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
 // in flight to revoke; a revoked communicator would still have to refuse new
 // work, which Loom cannot mark, so the call is refused rather than half done.
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommRevoke", "comm: NULL");
   return fail(ncclInvalidUsage, "ncclCommRevoke",
               "not supported by Loom's NCCL shim (use ncclCommAbort or ncclCommDestroy)");
 }

@@ -408,6 +408,9 @@ static void checkErrors(ncclComm_t comm) {
   /* A NULL communicator (ncclCommSplit's with NCCL_SPLIT_NOCOLOR) is nothing to end. */
   EXPECT(ncclCommDestroy(NULL) == ncclSuccess, "ncclCommDestroy(NULL)");
   EXPECT(ncclCommAbort(NULL) == ncclSuccess, "ncclCommAbort(NULL)");
+  r = ncclCommRevoke(NULL, 0);
+  EXPECT(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "comm"),
+         "ncclCommRevoke(NULL): %d '%s'", r, ncclGetLastError(NULL));
   /* Windows: registered once, deregistered once; a second deregister is refused, not freed. */
   ncclWindow_t win;
   CHECK_OK(ncclCommWindowRegister(comm, &x, sizeof(x), &win, 0));
