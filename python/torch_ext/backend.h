@@ -231,6 +231,11 @@ class LoomBackend : public c10d::Backend {
   // A sparse (COO) all-reduce, on the sparse lane: sizes, then indices and values are
   // all-gathered (the second step's sizes come from the first) and summed.
   Work allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  // One in-place operation over tensors (broadcast, reduce, all-reduces): call(tensor, i) makes
+  // the Loom call loomCall for each, in one group, on the tensor or, where it is not dense, on a
+  // contiguous copy copied back once done.
+  Work enqueueInPlace(c10d::OpType type, std::vector<at::Tensor>& tensors, const char* loomCall,
+                      const std::function<loomResult_t(const at::Tensor&, size_t)>& call);
   // All-reduces of several tensors (or one strided view) as one operation of this type.
   Work allreduceMany(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op, c10d::OpType type);
   // The sparse lane: a thread that runs those operations in call order (the same order on every

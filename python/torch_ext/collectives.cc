@@ -35,12 +35,12 @@ class ArgName {
   size_t index_ = kNone;
 };
 
-// In-place element-wise operations (all-reduce, broadcast, reduce) work on any dense layout
-// (channels_last, say: every rank's tensor has the same one) in place, and on a strided view
-// through a contiguous copy (denseOf). The rest take any strided tensor: a tensor that is not
-// contiguous moves through a contiguous copy (inputOf, outputOf), in its elements' logical
-// order, as gloo's users expect. An output's elements (in place: the tensor's) must not overlap.
-enum class Layout { Dense, Input, Output };
+// In-place element-wise operations (all-reduce, broadcast, reduce; their tensors are outputs)
+// work on any dense layout (channels_last, say: every rank's tensor has the same one) in place,
+// and on a strided view through a contiguous copy (enqueueInPlace). The rest take any strided
+// tensor: a tensor that is not contiguous moves through a contiguous copy (inputOf, outputOf),
+// in its elements' logical order, as gloo's users expect. An output's elements must not overlap.
+enum class Layout { Input, Output };
 
 void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout) {
   if (!t.defined()) fail(arg.str() + ": undefined tensor");
@@ -50,19 +50,9 @@ void checkTensor(const at::Tensor& t, const ArgName& arg, Layout layout) {
   if (t.is_sparse()) fail(arg.str() + ": sparse tensors are not supported by the loom backend");
   // A strided view whose overlap torch cannot tell (MemOverlap::TooHard) is taken, as gloo takes
   // it.
-  if (layout != Layout::Input && !t.is_non_overlapping_and_dense() &&
+  if (layout == Layout::Output && !t.is_non_overlapping_and_dense() &&
       at::has_internal_overlap(t) == at::MemOverlap::Yes)
     fail(arg.str() + ": the output's elements overlap (an expanded tensor)");
-}
-
-// Where an in-place operation works on t: t itself when dense, else a contiguous copy, which
-// copyBack puts into t once done.
-std::vector<at::Tensor> denseOf(const std::vector<at::Tensor>& ts) {
-  std::vector<at::Tensor> out;
-  out.reserve(ts.size());
-  for (const at::Tensor& t : ts)
-    out.push_back(t.is_non_overlapping_and_dense() ? t : t.contiguous());
-  return out;
 }
 
 // What Loom reads of input t: t itself, or a contiguous copy.
@@ -149,27 +139,19 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 WorkPtr LoomBackend::broadcast(std::vector<at::Tensor>& tensors,
                                const c10d::BroadcastOptions& opts) {
-  checkList(tensors, "tensors", Layout::Dense);
+  checkList(tensors, "tensors", Layout::Output);
   const int root = rootOf(opts.rootRank, getSize());
-  const std::vector<at::Tensor> ds = denseOf(tensors);
-  return enqueue(
-      c10d::OpType::BROADCAST, tensors,
-      [&] {
-        grouped([&] {
-          for (const at::Tensor& t : ds)
-            check(loomBroadcast(t.data_ptr(), t.data_ptr(), bytes(t), loomUint8, root, comm_,
-                                nullptr),
-                  "loomBroadcast");
-        });
-      },
-      copyBack(tensors, ds), ds);
+  return enqueueInPlace(
+      c10d::OpType::BROADCAST, tensors, "loomBroadcast", [&](const at::Tensor& t, size_t) {
+        return loomBroadcast(t.data_ptr(), t.data_ptr(), bytes(t), loomUint8, root, comm_, nullptr);
+      });
 }
 
 WorkPtr LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
                                const c10d::AllreduceOptions& opts) {
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
     return allreduceSparse(tensors[0], opts);
-  checkList(tensors, "tensors", Layout::Dense);
+  checkList(tensors, "tensors", Layout::Output);
   if (tensors.size() == 1 && tensors[0].is_non_overlapping_and_dense()) {  // the common case
     at::Tensor& t = tensors[0];
     const loomRedOp_t op = redOp(opts.reduceOp, t);
@@ -289,45 +271,48 @@ WorkPtr LoomBackend::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions
 
 WorkPtr LoomBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                          const c10d::AllreduceCoalescedOptions& opts) {
-  checkList(tensors, "tensors", Layout::Dense);
+  checkList(tensors, "tensors", Layout::Output);
   return allreduceMany(tensors, opts.reduceOp, c10d::OpType::ALLREDUCE_COALESCED);
+}
+
+WorkPtr LoomBackend::enqueueInPlace(
+    c10d::OpType type, std::vector<at::Tensor>& tensors, const char* loomCall,
+    const std::function<loomResult_t(const at::Tensor&, size_t)>& call) {
+  // Each tensor itself when dense, else a contiguous copy, which copyBack puts into it once done.
+  std::vector<at::Tensor> ds;
+  ds.reserve(tensors.size());
+  for (const at::Tensor& t : tensors)
+    ds.push_back(t.is_non_overlapping_and_dense() ? t : t.contiguous());
+  return enqueue(
+      type, tensors,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < ds.size(); ++i) check(call(ds[i], i), loomCall);
+        });
+      },
+      copyBack(tensors, ds), ds);
 }
 
 WorkPtr LoomBackend::allreduceMany(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
                                    c10d::OpType type) {
   std::vector<loomRedOp_t> ops;
   for (const at::Tensor& t : tensors) ops.push_back(redOp(op, t));
-  const std::vector<at::Tensor> ds = denseOf(tensors);
-  return enqueue(
-      type, tensors,
-      [&] {
-        grouped([&] {
-          for (size_t i = 0; i < ds.size(); ++i)
-            check(loomAllReduce(ds[i].data_ptr(), ds[i].data_ptr(), reduceCount(ds[i]),
-                                reduceType(ds[i]), ops[i], comm_, nullptr),
-                  "loomAllReduce");
-        });
-      },
-      copyBack(tensors, ds), ds);
+  return enqueueInPlace(type, tensors, "loomAllReduce", [&](const at::Tensor& t, size_t i) {
+    return loomAllReduce(t.data_ptr(), t.data_ptr(), reduceCount(t), reduceType(t), ops[i], comm_,
+                         nullptr);
+  });
 }
 
 WorkPtr LoomBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  checkList(tensors, "tensors", Layout::Dense);
+  checkList(tensors, "tensors", Layout::Output);
   const int root = rootOf(opts.rootRank, getSize());
   std::vector<loomRedOp_t> ops;
   for (const at::Tensor& t : tensors) ops.push_back(redOp(opts.reduceOp, t));
-  const std::vector<at::Tensor> ds = denseOf(tensors);
-  return enqueue(
-      c10d::OpType::REDUCE, tensors,
-      [&] {
-        grouped([&] {
-          for (size_t i = 0; i < ds.size(); ++i)
-            check(loomReduce(ds[i].data_ptr(), ds[i].data_ptr(), reduceCount(ds[i]),
-                             reduceType(ds[i]), ops[i], root, comm_, nullptr),
-                  "loomReduce");
-        });
-      },
-      copyBack(tensors, ds), ds);
+  return enqueueInPlace(c10d::OpType::REDUCE, tensors, "loomReduce",
+                        [&](const at::Tensor& t, size_t i) {
+                          return loomReduce(t.data_ptr(), t.data_ptr(), reduceCount(t),
+                                            reduceType(t), ops[i], root, comm_, nullptr);
+                        });
 }
 
 WorkPtr LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
