@@ -206,7 +206,9 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
     // Data that arrived counts even if the peer failed or left afterwards.
     if (ready()) return Status::ok();
     if (s.isOk() && !forSend) s = conn->checkRecv();
-    if (!s.isOk()) return failed(s, what(), conn->peer());
+    // ready() may itself look at the connection (a receive from any rank ends its slice when
+    // the peer has left): a failure found between its look and this one is its to see.
+    if (!s.isOk()) return ready() ? Status::ok() : failed(s, what(), conn->peer());
     if (i < spins) {
       cpuRelax();
       continue;
