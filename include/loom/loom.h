@@ -242,7 +242,7 @@ loomResult_t loomCommLastTicket(loomComm_t comm, uint64_t* ticket);
 /// loomRemoteError).
 /// @param ticket from loomCommLastTicket.
 /// @param timeoutMs 0 tests without waiting; a negative value waits up to the communicator's
-///        timeout and a tenth more (0.25-5 s), so that an operation that times out itself
+///        timeout and a tenth more (0.5-5 s), so that an operation that times out itself
 ///        reports its own error (naming the rank it waited for) first, and then the calling
 ///        thread runs the operations up to ticket itself where the communicator's thread has not
 ///        taken them yet (no hand-over to pay).

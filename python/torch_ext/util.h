@@ -54,7 +54,7 @@ inline loomDataType_t reduceType(const at::Tensor& t) {
 // timeout (loom.h): waits of the backend's own (the sparse lane's operations) add the same, so
 // that Loom's error, which names the rank it waited for, comes before theirs.
 inline int64_t waitGraceMs(int64_t timeoutMs) {
-  return std::min<int64_t>(std::max<int64_t>(timeoutMs / 10, 250), 5000);
+  return std::min<int64_t>(std::max<int64_t>(timeoutMs / 10, 500), 5000);
 }
 
 // How many elements of reduceType(t) t holds.

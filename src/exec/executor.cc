@@ -24,12 +24,23 @@ Status Waiter::failed(Status s, const std::string& what, int peer) {
   // The link names the rank lost first; where that rank shares this host, say whether its
   // process is gone.
   const int lost = comm_.conn(peer)->lostRank();
-  if (lost >= 0) comm_.noteLost(lost);
+  int cause = lost;
   std::string more;
   if (lost >= 0 && lost != peer && lost != comm_.rank()) {
     Status alive = comm_.checkPeerAlive(lost);
     if (!alive.isOk()) more = "; " + alive.message();
+  } else if (lost == peer && comm_.checkPeerAlive(peer).isOk()) {
+    // The peer lives but left without naming a cause (it failed in the middle of a frame, or
+    // its socket was full): a rank of this host whose process is gone is the likely one.
+    for (int r = 0; r < comm_.nranks() && more.empty(); ++r) {
+      if (r == peer || r == comm_.rank()) continue;
+      if (Status alive = comm_.checkPeerAlive(r); !alive.isOk()) {
+        cause = r;
+        more = "; " + alive.message();
+      }
+    }
   }
+  if (cause >= 0) comm_.noteLost(cause);
   s.prefix(where() + " (" + what + "): ");
   return more.empty() ? s : Status(s.code(), s.message() + more, s.file(), s.line());
 }

@@ -84,10 +84,18 @@ class Waiter {
  private:
   uint64_t spinCount() const { return comm_.spinCount(); }
   static void yieldCpu();
+  // When a wait next looks at its peer's process, and whether it found it gone once.
+  struct LiveCheck {
+    int64_t nextNs = 0;
+    bool goneOnce = false;
+  };
   // The abort flag, the deadline and (now and then) the peer's process. what() is called
-  // only to word an error.
+  // only to word an error. overSocket: the wait is on a socket, whose peer's last bytes may
+  // still be in the kernel's queues when its process is gone (the socket then reports the
+  // exit itself, after them): a process found gone fails the wait only if it still is at the
+  // next look, when those bytes have had time to arrive.
   template <typename What>
-  Status check(int peer, What&& what, int64_t* nextLiveCheck);
+  Status check(int peer, What&& what, LiveCheck* live, bool overSocket = false);
   Status abortedError() const;
   Status timedOut(int peer, const std::string& what) const;
   // A transport failure, put in the operation's terms (or the abort's).
@@ -166,16 +174,20 @@ constexpr int64_t kFirstLiveCheckNs = 10'000'000;
 constexpr int64_t kLiveCheckNs = 100'000'000;
 
 template <typename What>
-Status Waiter::check(int peer, What&& what, int64_t* nextLiveCheck) {
+Status Waiter::check(int peer, What&& what, LiveCheck* live, bool overSocket) {
   if (comm_.aborted()) return abortedError();
   comm_.pollDumpRequest();
   const int64_t now = nowNs();
   if (now > op_.deadlineNs) return timedOut(peer, what());
-  if (*nextLiveCheck == 0) {
-    *nextLiveCheck = now + kFirstLiveCheckNs;
-  } else if (now >= *nextLiveCheck) {
-    *nextLiveCheck = now + kLiveCheckNs;
+  if (live->nextNs == 0) {
+    live->nextNs = now + kFirstLiveCheckNs;
+  } else if (now >= live->nextNs) {
+    live->nextNs = now + kLiveCheckNs;
     Status s = comm_.checkPeerAlive(peer);
+    if (!s.isOk() && overSocket && !live->goneOnce) {
+      live->goneOnce = true;
+      return Status::ok();
+    }
     if (!s.isOk()) {
       comm_.noteLost(peer);
       return s.prefix(where() + ": " + what() + ": ");
@@ -186,7 +198,7 @@ Status Waiter::check(int peer, What&& what, int64_t* nextLiveCheck) {
 
 template <typename Ready, typename What>
 Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, What&& what) {
-  int64_t nextLiveCheck = 0;
+  LiveCheck live;
   int64_t blockedSince = 0;
   WaitTimer timer{op_.record, conn->peer(), &blockedSince};
   // Polling a socket is a system call: spin briefly on sockets, longer on
@@ -214,7 +226,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
       continue;
     }
     if (i == spins) blockedSince = nowNs();
-    s = check(conn->peer(), what, &nextLiveCheck);
+    s = check(conn->peer(), what, &live, net);
     if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + yields)
       yieldCpu();
@@ -226,7 +238,7 @@ Status Waiter::until(transport::Connection* conn, bool forSend, Ready&& ready, W
 template <typename Ready, typename What>
 Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleepers,
                          Ready&& ready, What&& what) {
-  int64_t nextLiveCheck = 0;
+  LiveCheck live;
   int64_t blockedSince = 0;
   WaitTimer timer{op_.record, peer, &blockedSince};
   const uint64_t spins = spinCount();
@@ -240,7 +252,7 @@ Status Waiter::untilWord(int peer, std::atomic<uint32_t>* word, std::atomic<uint
     if (i == spins) blockedSince = nowNs();
     Status s = comm_.conn(peer)->progress();
     if (!s.isOk()) return ready() ? Status::ok() : failed(s, what(), peer);
-    s = check(peer, what, &nextLiveCheck);
+    s = check(peer, what, &live);
     if (!s.isOk()) return ready() ? Status::ok() : s;
     if (i < spins + yields) {
       yieldCpu();

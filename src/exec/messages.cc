@@ -152,7 +152,7 @@ class MessageRun {
       LOOM_ASSIGN(size_t taken, inbox_.absorb(comm_.conn(p), p));
       if (taken > 0) moved = true;
     }
-    if (!moved) noteClosed();
+    if (!moved) moved = noteClosed();
     return moved;
   }
 
@@ -219,7 +219,9 @@ class MessageRun {
   // Looks at the connections the receives wait on. A peer that has closed its connection (it
   // destroyed its communicator, or its process ended) with nothing left to read fails a receive
   // from it; a receive from any rank goes on with the others, and fails once none is left.
-  void noteClosed() {
+  // True when a failing connection still held message bytes, taken now (what arrived before a
+  // peer failed counts): the connection is looked at again on the next pass.
+  bool noteClosed() {
     const int self = comm_.rank(), n = comm_.nranks();
     std::string gone;
     for (int p = 0; p < n; ++p) {
@@ -231,6 +233,7 @@ class MessageRun {
         Status h = c->progress();
         if (h.isOk()) h = c->checkRecv();
         if (h.isOk()) continue;
+        if (Result<size_t> late = inbox_.absorb(c, p); late.isOk() && late.value() > 0) return true;
         for (Inbox::Receive& r : recvs_)
           if (!r.want.done && r.want.peer == p) fail(r.want, Status(h).prefix(receiving(r.want)));
         closed_[p] = 1;
@@ -240,13 +243,14 @@ class MessageRun {
     }
     bool open = false;
     for (int p = 0; p < n && !open; ++p) open = p != self && !closed_[p];
-    if (open) return;
+    if (open) return false;
     for (Inbox::Receive& r : recvs_)
       if (!r.want.done && r.want.peer == Inbox::kAnySource)
         fail(r.want,
              Status(closedWhy_)
                  .prefix(receiving(r.want) + "every other rank has closed its connection (ranks " +
                          gone + "); first "));
+    return false;
   }
 
   static std::string receiving(const Inbox::Want& w) {

@@ -43,10 +43,10 @@ class FutexMutex {
 };
 
 // What a wait for another party's verdict adds to its own timeout, so that the verdict (which
-// names the rank that party waited for) comes first: a tenth, 0.25-5 s. A wait for an
+// names the rank that party waited for) comes first: a tenth, 0.5-5 s. A wait for an
 // operation (loomCommWaitTicket with -1), and a rank's wait for the rendezvous root's reply.
 inline int64_t waitGraceMs(int64_t timeoutMs) {
-  return timeoutMs / 10 < 250 ? 250 : timeoutMs / 10 > 5000 ? 5000 : timeoutMs / 10;
+  return timeoutMs / 10 < 500 ? 500 : timeoutMs / 10 > 5000 ? 5000 : timeoutMs / 10;
 }
 
 inline void cpuRelax() {

@@ -89,7 +89,7 @@ int initThenQueueRank(RankContext& ctx) {
          "loomInProgress: " + loomGetLastError(nullptr));
     return 1;
   }
-  if (initCallS > 0.2) fail("loomCommInitRankConfig took " + std::to_string(initCallS) + " s");
+  if (initCallS > 1.0) fail("loomCommInitRankConfig took " + std::to_string(initCallS) + " s");
   // A collective before init completes is refused, naming why.
   float x = 1, y = 0;
   int polls = 0;

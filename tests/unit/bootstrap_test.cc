@@ -895,8 +895,15 @@ TEST(BootstrapTest, FakeRingListenerWithAWrongMacIsRefused) {
 TEST(BootstrapTest, MisconfiguredRanksAreRefused) {
   loomUniqueId id = freshId();
   Joined first;
+  auto parsed = parseUniqueId(id);
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  const sockaddr_in root = parsed.value().root;
   std::thread t([&] { first = joinOne(id, 0, 2); });
-  std::this_thread::sleep_for(milliseconds(300));  // rank 0 has joined the root by now
+  // Until the root (hosted here) has heard rank 0.
+  for (int i = 0; i < 500 && hostedRootProgress(root).rfind("1 of 2 ranks joined", 0) != 0; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(hostedRootProgress(root).rfind("1 of 2 ranks joined", 0), 0u)
+      << hostedRootProgress(root);
   Joined dup = joinOne(id, 0, 2, 3000);
   EXPECT_EQ(dup.status.code(), loomInvalidUsage) << dup.status.message();
   Joined wrongSize = joinOne(id, 1, 3, 3000);
