@@ -29,6 +29,7 @@
 
 #include "loom/loom.h"
 #include "perf/perf.h"
+#include "util/log.h"
 #include "util/net.h"
 
 namespace {
@@ -186,6 +187,7 @@ bool UnderLauncher() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::log::failExitWhenStdoutIsLost(kProg);
   perf::FlagSet flags;
   flags.prog = kProg;
   flags.launches = true;

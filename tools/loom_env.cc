@@ -4,8 +4,10 @@
 #include <cstdio>
 
 #include "util/env.h"
+#include "util/log.h"
 
 int main() {
+  loom::log::failExitWhenStdoutIsLost("loom-env");
   std::fputs(loom::env::markdownTable().c_str(), stdout);
   return 0;
 }

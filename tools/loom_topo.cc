@@ -17,6 +17,7 @@
 #include "topology/search.h"
 #include "topology/topology.h"
 #include "util/env.h"
+#include "util/log.h"
 
 using namespace loom::topo;
 namespace algo = loom::algo;
@@ -184,6 +185,7 @@ int printPredictions(algo::Coll coll, const std::vector<int>& hostOf, int hosts,
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::log::failExitWhenStdoutIsLost("loom-topo");
   std::string file, dump;
   int hosts = 1, ranksPerHost = 0, maxChannels = 16, ranksPerCore = 0;
   bool paths = true, predict = true, graphLinks = false;

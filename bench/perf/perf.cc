@@ -15,6 +15,8 @@
 #include <cstring>
 #include <thread>
 
+#include "util/log.h"
+
 namespace perf {
 
 const CollInfo kColls[9] = {
@@ -680,8 +682,9 @@ int Launch(const char* prog, int nranks, int timeout_s, const std::function<int(
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
       const int rc = body(r);
+      const bool written = loom::log::flushStdout(prog);
       std::fflush(nullptr);
-      _exit(rc);
+      _exit(rc != 0 ? rc : written ? 0 : 1);
     }
     pids[r] = pid;
   }

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -152,6 +153,27 @@ void write(Level level, unsigned subsys, const char* fmt, ...) {
   line[len++] = '\n';
   ssize_t w = ::write(c.fd, line, len);
   (void)w;
+}
+
+bool flushStdout(const char* prog) {
+  const int flushed = std::fflush(stdout);
+  const int err = errno;
+  if (flushed == 0 && std::ferror(stdout) == 0) return true;
+  std::fprintf(stderr, "%s: writing standard output: %s\n", prog,
+               flushed != 0 ? std::strerror(err) : "an earlier write failed");
+  return false;
+}
+
+namespace {
+const char* gStdoutProg = nullptr;
+}  // namespace
+
+void failExitWhenStdoutIsLost(const char* prog) {
+  if (gStdoutProg == nullptr)
+    std::atexit([] {
+      if (!flushStdout(gStdoutProg)) std::_Exit(1);
+    });
+  gStdoutProg = prog;
 }
 
 }  // namespace loom::log

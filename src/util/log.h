@@ -27,6 +27,13 @@ void write(Level level, unsigned subsys, const char* fmt, ...)
 // The rank shown in this thread's log lines (-1: none).
 void setThreadRank(int rank);
 
+// Flushes standard output; false, after saying so on standard error ("prog: writing standard
+// output: why"), when what was written to it was lost (a full disk, a closed descriptor).
+bool flushStdout(const char* prog);
+// For a command-line tool: at exit, after main's own output, the process's status becomes 1
+// when its standard output was lost (flushStdout); the status main returned stands otherwise.
+void failExitWhenStdoutIsLost(const char* prog);
+
 }  // namespace loom::log
 
 #define LOOM_LOG(level, subsys, ...)                                                   \

@@ -14,6 +14,7 @@
 #include "analysis.h"
 #include "dump.h"
 #include "report.h"
+#include "util/log.h"
 
 namespace {
 
@@ -164,6 +165,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::log::failExitWhenStdoutIsLost("loom-trace");  // exit status 1: an output error
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
