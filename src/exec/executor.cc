@@ -22,22 +22,32 @@ std::string Waiter::where() const {
 Status Waiter::failed(Status s, const std::string& what, int peer) {
   if (comm_.aborted()) return abortedError();
   // The link names the rank lost first; where that rank shares this host, say whether its
-  // process is gone.
-  const int lost = comm_.conn(peer)->lostRank();
+  // process is gone (a shared-memory link that lost its own peer has said so already).
+  transport::Connection* conn = comm_.conn(peer);
+  const int lost = conn->lostRank();
+  const bool tcp = conn->kind() == transport::Kind::Tcp;
   int cause = lost;
   std::string more;
-  if (lost >= 0 && lost != peer && lost != comm_.rank()) {
+  if (lost >= 0 && lost != comm_.rank() && (lost != peer || tcp)) {
     Status alive = comm_.checkPeerAlive(lost);
-    if (!alive.isOk()) more = "; " + alive.message();
-  } else if (lost == peer && comm_.checkPeerAlive(peer).isOk()) {
-    // The peer lives but left without naming a cause (it failed in the middle of a frame, or
-    // its socket was full): a rank of this host whose process is gone is the likely one.
-    for (int r = 0; r < comm_.nranks() && more.empty(); ++r) {
-      if (r == peer || r == comm_.rank()) continue;
-      if (Status alive = comm_.checkPeerAlive(r); !alive.isOk()) {
-        cause = r;
-        more = "; " + alive.message();
+    if (!alive.isOk()) {
+      more = "; " + alive.message();
+    } else if (lost == peer && tcp && comm_.peer(peer).host == comm_.peer(comm_.rank()).host) {
+      // A live peer of this host closed its socket without a goodbye naming why (it failed in
+      // the middle of a frame, or its socket was full): a rank of this host whose process is
+      // gone is the likely cause, and is named as such; taken as the rank lost only when it
+      // is the one.
+      int dead = 0;
+      for (int r = 0; r < comm_.nranks(); ++r) {
+        if (r == peer || r == comm_.rank()) continue;
+        if (Status gone = comm_.checkPeerAlive(r); !gone.isOk()) {
+          if (dead++ == 0) {
+            cause = r;
+            more = "; " + gone.message() + ", the likely cause";
+          }
+        }
       }
+      if (dead > 1) cause = lost;
     }
   }
   if (cause >= 0) comm_.noteLost(cause);

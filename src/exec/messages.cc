@@ -233,7 +233,10 @@ class MessageRun {
         Status h = c->progress();
         if (h.isOk()) h = c->checkRecv();
         if (h.isOk()) continue;
-        if (Result<size_t> late = inbox_.absorb(c, p); late.isOk() && late.value() > 0) return true;
+        if (Result<size_t> late = inbox_.absorb(c, p); !late.isOk())
+          h = late.status();  // what it held was malformed: that is the failure to name
+        else if (late.value() > 0)
+          return true;
         for (Inbox::Receive& r : recvs_)
           if (!r.want.done && r.want.peer == p) fail(r.want, Status(h).prefix(receiving(r.want)));
         closed_[p] = 1;

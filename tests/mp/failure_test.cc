@@ -338,7 +338,10 @@ void initWithoutTheLastRank(int nranks, int rank0LateMs) {
     if (ctx.rank == 0) usleep(rank0LateMs * 1000);
     loomUniqueId id;
     loomComm_t comm = nullptr;
-    const auto ms = [] { return static_cast<uint32_t>(nowSeconds() * 1000) | 1u; };
+    // Milliseconds modulo 2^32 (differences of such are right while under 49 days).
+    const auto ms = [] {
+      return static_cast<uint32_t>(static_cast<uint64_t>(nowSeconds() * 1000)) | 1u;
+    };
     const uint32_t startMs = ms();
     ctx.shared->words[ctx.rank].store(startMs);
     loomResult_t r = loomGetUniqueId(&id);
@@ -346,7 +349,8 @@ void initWithoutTheLastRank(int nranks, int rank0LateMs) {
     const uint32_t endMs = ms();
     uint32_t sinceFirst = endMs - startMs;
     for (int k = 0; k < nranks - 1; ++k)
-      if (uint32_t w = ctx.shared->words[k].load(); w != 0)
+      // (a rank that began after this one ended counts for nothing)
+      if (uint32_t w = ctx.shared->words[k].load(); w != 0 && static_cast<int32_t>(endMs - w) > 0)
         sinceFirst = std::max(sinceFirst, endMs - w);
     fprintf(stderr, "rank %d init: %s after %u ms (%u ms after the first rank began): %s\n",
             ctx.rank, loomGetErrorString(r), endMs - startMs, sinceFirst,

@@ -78,7 +78,8 @@ int initThenQueueRank(RankContext& ctx) {
     fprintf(stderr, "rank %d: FAIL %s\n", ctx.rank, what.c_str());
     ++failures;
   };
-  if (ctx.rank == ctx.nranks - 1) usleep(300000);  // the others see init in progress meanwhile
+  // The others see init in progress meanwhile, and their init calls return well before it.
+  if (ctx.rank == ctx.nranks - 1) usleep(1500000);
   loomConfig_t cfg = nonBlocking();
   loomResult_t r = loomGetUniqueId(&ctx.id);
   double t0 = nowSeconds();
@@ -104,7 +105,7 @@ int initThenQueueRank(RankContext& ctx) {
     return 1;
   }
   if (ctx.rank != ctx.nranks - 1) {
-    if (polls == 0) fail("init was never seen in progress, though the last rank came 300 ms late");
+    if (polls == 0) fail("init was never seen in progress, though the last rank came 1.5 s late");
     if (early != loomInvalidUsage && early != loomInProgress)
       fail(std::string("all-reduce during init: ") + loomGetErrorString(early));
   }
