@@ -10,6 +10,7 @@ PyTorch tensors, ...) must be in CPU memory and contiguous (see dlpack.py). A
 
 import ctypes
 import enum
+import operator
 import sys
 import threading
 import weakref
@@ -60,11 +61,19 @@ _FLOATS = {"e": DataType.FLOAT16, "f": DataType.FLOAT32, "d": DataType.FLOAT64}
 
 
 def to_dtype(dtype, arg="dtype"):
-    """A DataType from a DataType, its int value, or a name ("float32", "bfloat16", ...)."""
+    """A DataType from a DataType, its int value, a name ("float32", "bfloat16", ...), or a
+    NumPy dtype or scalar type of such a name (numpy.float32, numpy.dtype("int8"))."""
     if isinstance(dtype, DataType):
         return dtype
     if isinstance(dtype, str) and dtype.lower() in _NAMES:
         return _NAMES[dtype.lower()]
+    numpy_name = None
+    if isinstance(dtype, type) and dtype.__module__ == "numpy":
+        numpy_name = dtype.__name__
+    elif type(dtype).__module__.startswith("numpy") and isinstance(getattr(dtype, "name", None), str):
+        numpy_name = dtype.name
+    if numpy_name in _NAMES:
+        return _NAMES[numpy_name]
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in SIZES.keys():
         return DataType(dtype)
     raise LoomError(INVALID_ARGUMENT, "%s: %r is not a Loom data type (one of %s)"
@@ -97,9 +106,19 @@ class Pointer:
     __slots__ = ("address", "count", "dtype")
 
     def __init__(self, address, count, dtype):
-        self.address = int(address)
-        self.count = int(count)
         self.dtype = to_dtype(dtype)
+        for name, value in (("address", address), ("count", count)):
+            try:
+                v = operator.index(value)  # an integer, not a float or None
+            except TypeError:
+                v = None
+            if v is None or isinstance(value, bool) or not 0 <= v < 2**64:
+                raise LoomError(INVALID_ARGUMENT, "%s: %r is not an integer in [0, 2**64)"
+                                % (name, value))
+            setattr(self, name, v)
+        if self.count * SIZES[self.dtype] >= 1 << 63:
+            raise LoomError(INVALID_ARGUMENT, "count: %d %s elements is more memory than any "
+                            "machine has" % (self.count, self.dtype.name.lower()))
 
 
 # The buffer-protocol format mem_alloc gives each type: one that View reads back as that type,
@@ -122,6 +141,10 @@ def mem_alloc(count, dtype="float32"):
     without a copy (numpy.frombuffer, torch.frombuffer). The memory is freed (loomMemFree)
     once neither the view nor anything made from it is left."""
     dt = to_dtype(dtype)
+    try:
+        count = operator.index(count)  # NumPy's integers too
+    except TypeError:
+        pass
     if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
         raise LoomError(INVALID_ARGUMENT, "count: %r is not a positive number of elements"
                         % (count,))

@@ -3,11 +3,13 @@
 import contextlib
 import ctypes
 import enum
+import math
 import numbers
+import operator
 import os
 
 from . import _lib
-from .buffers import View, group_enter, group_exit, in_group, to_dtype
+from .buffers import SIZES, View, group_enter, group_exit, in_group, to_dtype
 from .errors import LoomError, INVALID_ARGUMENT, check
 
 
@@ -30,8 +32,12 @@ _OP_NAMES = {"sum": ReduceOp.SUM, "prod": ReduceOp.PROD, "product": ReduceOp.PRO
 _OP_VALUES = frozenset(int(o) for o in ReduceOp)
 
 
-def _op(op):
+def _op(op, comm):
     if isinstance(op, PreMulSum):
+        if op.comm is None:
+            raise LoomError(INVALID_ARGUMENT, "op: this premul_sum was destroyed")
+        if op.comm is not comm:
+            raise LoomError(INVALID_ARGUMENT, "op: this premul_sum belongs to another communicator")
         return op.value
     if isinstance(op, ReduceOp):
         return int(op)
@@ -43,11 +49,23 @@ def _op(op):
                     "band, bor, bxor, a ReduceOp or a PreMulSum)" % (op,))
 
 
+def _index(value):
+    """value as a Python int when it is an integer (int, NumPy's integer scalars: anything with
+    __index__) and not a bool; None otherwise."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _int32(value, name, low=-2**31):
-    """value, checked to be a Python int that C's int holds (ctypes would wrap it silently)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
+    """value, checked to be an integer that C's int holds (ctypes would wrap it silently)."""
+    v = _index(value)
+    if v is None or not low <= v < 2**31:
         raise LoomError(INVALID_ARGUMENT, "%s: %r is not an int in [%d, 2**31)" % (name, value, low))
-    return value
+    return v
 
 
 def _text(value, name):
@@ -190,13 +208,14 @@ class Communicator:
     def split(self, color, key=0, *, timeout_ms=None, name=None):
         """Ranks of one color form a new communicator, ordered by key. color=None
         (LOOM_SPLIT_NOCOLOR) takes no part and returns None. Collective."""
-        c = -1 if color is None else color
-        if isinstance(c, bool) or not isinstance(c, int) or not -1 <= c < 2**31:
+        c = -1 if color is None else _index(color)
+        if c is None or not -1 <= c < 2**31:
             raise LoomError(INVALID_ARGUMENT, "color: %r is not a non-negative int or None" % (color,))
-        _int32(key, "key")
-        cfg = _config(timeout_ms, name)
+        key = _int32(key, "key")
+        # Without either, the child takes the parent's timeout and name (a NULL config).
+        cfg = None if timeout_ms is None and name is None else ctypes.byref(_config(timeout_ms, name))
         h = ctypes.c_void_p()
-        check(self._lib.loomCommSplit(self._h(), c, key, ctypes.byref(h), ctypes.byref(cfg)))
+        check(self._lib.loomCommSplit(self._h(), c, key, ctypes.byref(h), cfg))
         return Communicator(None, None, None, _handle=h.value) if h.value else None
 
     def destroy(self):
@@ -219,17 +238,23 @@ class Communicator:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.destroy()
+    def __exit__(self, exc_type, exc, tb):
+        # Leaving on an exception, the peers may be waiting in an operation this rank will never
+        # join: abort, so that they fail at once (a destroy would finalize, and wait for them).
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.destroy()
 
     def set_op_tag(self, tag):
         """Names the next operation issued on this communicator with the caller's own number for
         it (0 clears it): its flight-recorder entry and trace dump carry it as "tag", and
         loom-trace shows it beside Loom's sequence number."""
-        if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 1 << 64:
+        t = _index(tag)
+        if t is None or not 0 <= t < 1 << 64:
             raise LoomError(INVALID_ARGUMENT,
                             "tag: %r is not an integer in [0, 2**64)" % (tag,))
-        check(self._lib.loomCommSetOpTag(self._h(), tag))
+        check(self._lib.loomCommSetOpTag(self._h(), t))
 
     def dump_trace(self, path=None):
         """Writes this rank's flight recorder as JSON (LOOM_TRACE_DIR when path is None)."""
@@ -250,7 +275,13 @@ class Communicator:
         if isinstance(scalar, bool) or not isinstance(scalar, numbers.Real):  # NumPy's too
             raise LoomError(INVALID_ARGUMENT, "scalar: %r is not a number" % (scalar,))
         if issubclass(fmt, (ctypes.c_float, ctypes.c_double)):
-            s = fmt(float(scalar))
+            try:
+                s = fmt(float(scalar))
+            except OverflowError:
+                s = None
+            if s is None or (math.isinf(s.value) and not math.isinf(float(scalar))):
+                raise LoomError(INVALID_ARGUMENT, "scalar: %r is beyond %s's range"
+                                % (scalar, dt.name.lower()))
         else:
             s = fmt(int(scalar)) if isinstance(scalar, numbers.Integral) else None
             if s is None or s.value != int(scalar):
@@ -271,6 +302,27 @@ class Communicator:
             raise LoomError(INVALID_ARGUMENT, "recvbuff: %d elements, %s needs %d"
                             % (recv.count, what, want_recv))
 
+    @staticmethod
+    def _bytes(v):
+        return v.count * SIZES[v.dtype]
+
+    @classmethod
+    def _apart(cls, s, r, in_place_at):
+        """Refuses send and recv that overlap other than in the collective's in-place layout:
+        send starting in_place_at bytes into recv (None: the collective has none). Loom would
+        read what it had already written."""
+        sb, rb = cls._bytes(s), cls._bytes(r)
+        if sb == 0 or rb == 0 or s.address >= r.address + rb or r.address >= s.address + sb:
+            return
+        if in_place_at is not None and s.address - r.address == in_place_at:
+            return
+        raise LoomError(INVALID_ARGUMENT, "recvbuff: overlaps sendbuff (%d bytes at %#x against "
+                        "%d at %#x)%s; pass buffers apart" % (
+                            rb, r.address, sb, s.address,
+                            "" if in_place_at is None else
+                            ", not in this collective's in-place layout (sendbuff %d bytes into "
+                            "recvbuff)" % in_place_at))
+
     @contextlib.contextmanager
     def _views(self, send, recv, dtype):
         """Views of send and recv (recv None: in place), released on exit."""
@@ -290,9 +342,10 @@ class Communicator:
 
     def all_reduce(self, send, recv=None, op="sum", *, dtype=None):
         """recv[i] = op over ranks of send[i]; in place when recv is None."""
-        o = _op(op)
+        o = _op(op, self)
         with self._views(send, recv, dtype) as (s, r):
             self._same(s, r, s.count, "all_reduce")
+            self._apart(s, r, 0)
             check(self._lib.loomAllReduce(s.address, r.address, s.count, s.dtype, o, self._h(),
                                           None))
 
@@ -300,14 +353,16 @@ class Communicator:
         """Copies root's send into every rank's recv (into send when recv is None)."""
         with self._views(send, recv, dtype) as (s, r):
             self._same(s, r, s.count, "broadcast")
+            self._apart(s, r, 0)
             check(self._lib.loomBroadcast(s.address, r.address, s.count, s.dtype,
                                           self._root(root), self._h(), None))
 
     def reduce(self, send, recv=None, op="sum", root=0, *, dtype=None):
         """Reduces every rank's send into root's recv (into send when recv is None)."""
-        o = _op(op)
+        o = _op(op, self)
         with self._views(send, recv, dtype) as (s, r):
             self._same(s, r, s.count, "reduce")
+            self._apart(s, r, 0)
             check(self._lib.loomReduce(s.address, r.address, s.count, s.dtype, o,
                                        self._root(root), self._h(), None))
 
@@ -315,13 +370,15 @@ class Communicator:
         """recv = every rank's send, in rank order (recv holds size * len(send))."""
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, s.count * self.size, "all_gather")
+            self._apart(s, r, self.rank * self._bytes(s))
             check(self._lib.loomAllGather(s.address, r.address, s.count, s.dtype, self._h(), None))
 
     def reduce_scatter(self, send, recv, op="sum", *, dtype=None):
         """recv = block `rank` of op over ranks of send (send holds size * len(recv))."""
-        o = _op(op)
+        o = _op(op, self)
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, self._blocks(s), "reduce_scatter")
+            self._apart(s, r, -self.rank * self._bytes(r))
             check(self._lib.loomReduceScatter(s.address, r.address, r.count, s.dtype, o,
                                               self._h(), None))
 
@@ -329,6 +386,7 @@ class Communicator:
         """Block j of this rank's send goes to rank j, landing in its recv's block `rank`."""
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, s.count, "all_to_all")
+            self._apart(s, r, None)
             check(self._lib.loomAllToAll(s.address, r.address, self._blocks(s), s.dtype,
                                          self._h(), None))
 
@@ -342,6 +400,7 @@ class Communicator:
             self._same(s, r, r.count, "all_to_all_v")
             arrays = [self._layout(send_counts, send_displs, s.count, "send"),
                       self._layout(recv_counts, recv_displs, r.count, "recv")]
+            self._apart(s, r, None)
             sc, sd, rc, rd = [(ctypes.c_size_t * self.size)(*x) for pair in arrays for x in pair]
             check(self._lib.loomAllToAllv(s.address, sc, sd, r.address, rc, rd, s.dtype,
                                           self._h(), None))
@@ -356,6 +415,7 @@ class Communicator:
                 return
             with View(self._out(recv), "recvbuff", writable=True, dtype=dtype) as r:
                 self._same(s, r, s.count * self.size, "gather")
+                self._apart(s, r, root * self._bytes(s))
                 check(self._lib.loomGather(s.address, r.address, s.count, s.dtype, root, self._h(),
                                            None))
 
@@ -375,6 +435,7 @@ class Communicator:
                 if s.count != r.count * self.size:
                     raise LoomError(INVALID_ARGUMENT, "sendbuff: %d elements, scatter needs %d "
                                     "(size * len(recvbuff))" % (s.count, r.count * self.size))
+                self._apart(s, r, -root * self._bytes(r))
                 check(self._lib.loomScatter(s.address, r.address, r.count, r.dtype, root,
                                             self._h(), None))
 
@@ -392,7 +453,8 @@ class Communicator:
             if len(items) != n:
                 raise LoomError(INVALID_ARGUMENT, "%s: %d entries for %d ranks" % (name, len(items), n))
             for j, x in enumerate(items):
-                if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+                items[j] = _index(x)
+                if items[j] is None or items[j] < 0:
                     raise LoomError(INVALID_ARGUMENT, "%s: [%d] is %r, not an int >= 0" % (name, j, x))
             return items
 
@@ -420,9 +482,13 @@ class Communicator:
 
     def recv(self, buf, peer=None, *, dtype=None, tag=None):
         """Receives len(buf) elements into buf: from peer, matched in order with its send; or,
-        with a tag or peer None (any rank), the message of that tag (0 by default) from peer
-        or from any rank (loomRecvTagged). Returns the sender's rank (None for a tagged receive
+        with a tag, the message of that tag from peer, or from any rank when peer is None
+        (loomRecvTagged). Returns the sender's rank (None for a tagged receive
         inside loom.group(), which runs at the group's end)."""
+        if peer is None and tag is None:
+            raise LoomError(INVALID_ARGUMENT, "tag: None with peer None; a receive from any rank "
+                            "takes a tagged message (send(..., tag=t), recv(buf, tag=t)), and an "
+                            "untagged send is received from its peer (recv(buf, peer))")
         with View(buf, "recvbuff", writable=True, dtype=dtype) as v:
             if tag is None and peer is not None:
                 check(self._lib.loomRecv(v.address, v.count, v.dtype, self._peer(peer),
@@ -432,7 +498,7 @@ class Communicator:
             source = ctypes.c_int(-1)
             src = -1 if peer is None else self._peer(peer)  # LOOM_ANY_SOURCE
             check(self._lib.loomRecvTagged(v.address, v.count, v.dtype, src,
-                                           self._tag(0 if tag is None else tag),
+                                           self._tag(tag),
                                            None if grouped else ctypes.byref(source), self._h(),
                                            None))
             return None if grouped else source.value

@@ -33,6 +33,9 @@ class LoomError(RuntimeError):
         self.message = message
         super().__init__("%s: %s" % (_NAMES.get(code, "result %d" % code), message))
 
+    def __reduce__(self):  # pickled and copied by its code and message (process pools)
+        return (type(self), (self.code, self.message))
+
 
 def check(result):
     """Raises LoomError for a result other than loomSuccess, with the C library's last error."""

@@ -5,6 +5,7 @@ inputs; bad arguments raise LoomError naming the argument."""
 import array
 import json
 import os
+import pickle
 import random
 import socket
 import subprocess
@@ -211,6 +212,26 @@ def body_split_premul(comm, rank, n):
     return info, x[0], list(y)
 
 
+def body_with_raises(comm, rank, n):
+    # Rank 0 leaves `with comm:` on an exception while rank 1 waits in an all-reduce: the exit
+    # aborts, and rank 1 fails at once (a destroy would finalize, and rank 1 would wait out its
+    # timeout, as it did).
+    import time
+    if rank == 0:
+        try:
+            with comm:
+                raise ValueError("a bug of the caller's")
+        except ValueError:
+            return "left"
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(array.array("f", [1.0]))
+        return "completed"
+    except loom.LoomError as e:
+        comm.abort()  # the communicator failed: nothing to finalize
+        return e.code, time.monotonic() - t0
+
+
 def body_numpy(comm, rank, n):
     a = numpy.arange(12, dtype=numpy.float32).reshape(3, 4) * (rank + 1)
     comm.all_reduce(a)
@@ -368,6 +389,12 @@ class Collectives(unittest.TestCase):
             self.assertEqual(x, sum(members))
             self.assertTrue(close(y, [2.5 * sum(r + 1.0 for r in range(n)), 2.5 * n]), y)
 
+    def test_leaving_with_on_an_exception_aborts(self):
+        left, (code, seconds) = run_ranks(2, body_with_raises)
+        self.assertEqual(left, "left")
+        self.assertEqual(code, loom.errors.REMOTE_ERROR)
+        self.assertLess(seconds, 20)  # the harness's timeout is far longer
+
     def test_mem_alloc_buffers(self):
         count = 150001  # 600 KB of float32: the direct all-reduce's slices, in rounds
         for n in RANKS:
@@ -475,7 +502,7 @@ def error_cases():
         "a2av counts type": lambda: comm.all_to_all_v(f, 2, f, [2]),
         "a2av past end": lambda: comm.all_to_all_v(f, [3], f, [2]),
         "a2av displs": lambda: comm.all_to_all_v(f, [2], f, [2], recv_displs=[1]),
-        "a2av self": lambda: comm.all_to_all_v(f, [1], f, [2]),
+        "a2av self": lambda: comm.all_to_all_v(f, [1], array.array("f", [0.0, 0.0]), [2]),
         "rooted gather size": lambda: comm.gather(f, array.array("f", [0.0] * 3)),
         "gather root": lambda: comm.gather(f, f, root=1),
         "scatter size": lambda: comm.scatter(array.array("f", [0.0] * 3), f),
@@ -496,6 +523,39 @@ def error_cases():
         "trace path type": lambda: comm.dump_trace(123),
         "pointer negative": lambda: comm.all_reduce(loom.Pointer(-4096, 4, "float32")),
     }
+    mem = memoryview(array.array("f", [1.0, 2.0, 3.0, 4.0]))
+    gone = comm.premul_sum(0.5, "float32")
+    gone.destroy()
+    child = comm.split(0)
+    foreign = child.premul_sum(2.0, "float32")
+    cases.update({
+        "premul destroyed": lambda: comm.all_reduce(f, op=gone),
+        "premul foreign": lambda: comm.all_reduce(f, op=foreign),
+        "overlap": lambda: comm.all_reduce(mem[0:2], mem[1:3]),
+        "overlap a2a": lambda: comm.all_to_all(f, f),
+        "overlap gather": lambda: comm.all_gather(mem[1:3], mem[0:2]),
+        "recv untagged any": lambda: comm.recv(f),
+        "premul huge": lambda: comm.premul_sum(10**400, "float64"),
+        "premul float32 range": lambda: comm.premul_sum(1e300, "float32"),
+        "pointer float count": lambda: loom.Pointer(16, 4.9, "int8"),
+        "pointer count wraps": lambda: loom.Pointer(16, 2**64 + 4, "int8"),
+        "pointer none": lambda: loom.Pointer(None, 4, "int8"),
+        "pointer too big": lambda: loom.Pointer(16, 2**62, "float32"),
+    })
+    # Accepted: NumPy's integers and types where ints and types are asked for, and the
+    # in-place layouts (one buffer; all_gather's input as its block of the output).
+    if numpy is not None:
+        x = numpy.ones(2, numpy.float32)
+        cases.update({
+            "ok numpy root": lambda: comm.broadcast(x, root=numpy.int64(0)),
+            "ok numpy dtype": lambda: comm.all_reduce(x, dtype=numpy.float32),
+            "ok numpy dtype object": lambda: comm.all_reduce(x, dtype=numpy.dtype("float32")),
+            "ok numpy key": lambda: comm.split(numpy.int32(0), key=numpy.int64(0)).destroy(),
+            "ok numpy counts": lambda: comm.all_to_all_v(x, numpy.array([2]), numpy.zeros(2, numpy.float32),
+                                                         numpy.array([2])),
+        })
+    cases["ok all_gather in place"] = lambda: comm.all_gather(mem, mem)
+    cases["ok premul own"] = lambda: child.all_reduce(array.array("f", [1.0]), op=foreign)
     out = {}
     for name, call in cases.items():
         try:
@@ -503,6 +563,8 @@ def error_cases():
             out[name] = None
         except loom.LoomError as e:
             out[name] = (e.code, e.message)
+    out["pickled"] = pickle.loads(pickle.dumps(loom.LoomError(INVALID_ARGUMENT, "x: y"))).message
+    child.destroy()
     comm.destroy()
     try:
         comm.barrier()
@@ -574,8 +636,31 @@ class Errors(unittest.TestCase):
                              ("premul range", "scalar", "1000", "int8"),
                              ("premul type", "scalar", "'abc'"),
                              ("trace path type", "path", "123"),
-                             ("pointer negative", "sendbuff", "Pointer")):
+                             ("pointer negative", "address", "-4096")):
             self.expect(case, *words)
+
+    def test_defects_found_by_probing(self):
+        # A destroyed or another communicator's premul_sum reduced with whatever op reused its
+        # number; overlapping buffers gave wrong sums; recv(buf) waited for a tagged message no
+        # untagged send makes; out-of-range scalars and counts were wrapped or turned to inf.
+        for case, *words in (("premul destroyed", "op", "destroyed"),
+                             ("premul foreign", "op", "another communicator"),
+                             ("overlap", "recvbuff", "overlaps sendbuff", "in-place layout"),
+                             ("overlap a2a", "recvbuff", "overlaps sendbuff"),
+                             ("overlap gather", "recvbuff", "overlaps sendbuff"),
+                             ("recv untagged any", "tag", "peer None"),
+                             ("premul huge", "scalar", "range"),
+                             ("premul float32 range", "scalar", "float32"),
+                             ("pointer float count", "count", "4.9"),
+                             ("pointer count wraps", "count", str(2**64 + 4)),
+                             ("pointer none", "address", "None"),
+                             ("pointer too big", "count", "more memory")):
+            self.expect(case, *words)
+        for case in [k for k in self.out if k.startswith("ok ")]:
+            self.assertIsNone(self.out[case], "%s: %r" % (case, self.out[case]))
+        if numpy is not None:
+            self.assertIn("ok numpy root", self.out)
+        self.assertEqual(self.out["pickled"], "x: y")
 
     def test_library_errors_carry_loom_message(self):
         self.expect("root", "root: 5 is outside [0, 1)")
