@@ -60,6 +60,17 @@ _INT_BY_SIZE = {1: (DataType.INT8, DataType.UINT8), 4: (DataType.INT32, DataType
 _FLOATS = {"e": DataType.FLOAT16, "f": DataType.FLOAT32, "d": DataType.FLOAT64}
 
 
+def as_index(value):
+    """value as a Python int when it is an integer (int, NumPy's integer scalars: anything with
+    __index__) and not a bool (Python's or NumPy's); None otherwise."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def to_dtype(dtype, arg="dtype"):
     """A DataType from a DataType, its int value, a name ("float32", "bfloat16", ...), or a
     NumPy dtype or scalar type of such a name (numpy.float32, numpy.dtype("int8"))."""
@@ -67,13 +78,16 @@ def to_dtype(dtype, arg="dtype"):
         return dtype
     if isinstance(dtype, str) and dtype.lower() in _NAMES:
         return _NAMES[dtype.lower()]
-    numpy_name = None
-    if isinstance(dtype, type) and dtype.__module__ == "numpy":
-        numpy_name = dtype.__name__
-    elif type(dtype).__module__.startswith("numpy") and isinstance(getattr(dtype, "name", None), str):
-        numpy_name = dtype.name
-    if numpy_name in _NAMES:
-        return _NAMES[numpy_name]
+    if (isinstance(dtype, type) and dtype.__module__ == "numpy") or \
+            type(dtype).__module__.startswith("numpy"):
+        import numpy  # the object is NumPy's: NumPy is there
+        try:
+            d = numpy.dtype(dtype)
+        except TypeError:
+            d = None
+        # Only this machine's byte order: dtype= reads the buffer's bytes as the type.
+        if d is not None and d.isnative and d.name in _NAMES:
+            return _NAMES[d.name]
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in SIZES.keys():
         return DataType(dtype)
     raise LoomError(INVALID_ARGUMENT, "%s: %r is not a Loom data type (one of %s)"
@@ -108,11 +122,8 @@ class Pointer:
     def __init__(self, address, count, dtype):
         self.dtype = to_dtype(dtype)
         for name, value in (("address", address), ("count", count)):
-            try:
-                v = operator.index(value)  # an integer, not a float or None
-            except TypeError:
-                v = None
-            if v is None or isinstance(value, bool) or not 0 <= v < 2**64:
+            v = as_index(value)  # an integer, not a float or None
+            if v is None or not 0 <= v < 2**64:
                 raise LoomError(INVALID_ARGUMENT, "%s: %r is not an integer in [0, 2**64)"
                                 % (name, value))
             setattr(self, name, v)
@@ -141,13 +152,11 @@ def mem_alloc(count, dtype="float32"):
     without a copy (numpy.frombuffer, torch.frombuffer). The memory is freed (loomMemFree)
     once neither the view nor anything made from it is left."""
     dt = to_dtype(dtype)
-    try:
-        count = operator.index(count)  # NumPy's integers too
-    except TypeError:
-        pass
-    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+    n = as_index(count)  # NumPy's integers too
+    if n is None or n <= 0:
         raise LoomError(INVALID_ARGUMENT, "count: %r is not a positive number of elements"
                         % (count,))
+    count = n
     nbytes = count * SIZES[dt]
     if nbytes >= 1 << 63:
         raise LoomError(INVALID_ARGUMENT, "count: %d %s elements is more memory than any machine "

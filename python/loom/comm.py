@@ -5,11 +5,10 @@ import ctypes
 import enum
 import math
 import numbers
-import operator
 import os
 
 from . import _lib
-from .buffers import SIZES, View, group_enter, group_exit, in_group, to_dtype
+from .buffers import SIZES, View, as_index, group_enter, group_exit, in_group, to_dtype
 from .errors import LoomError, INVALID_ARGUMENT, check
 
 
@@ -49,20 +48,9 @@ def _op(op, comm):
                     "band, bor, bxor, a ReduceOp or a PreMulSum)" % (op,))
 
 
-def _index(value):
-    """value as a Python int when it is an integer (int, NumPy's integer scalars: anything with
-    __index__) and not a bool; None otherwise."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def _int32(value, name, low=-2**31):
     """value, checked to be an integer that C's int holds (ctypes would wrap it silently)."""
-    v = _index(value)
+    v = as_index(value)
     if v is None or not low <= v < 2**31:
         raise LoomError(INVALID_ARGUMENT, "%s: %r is not an int in [%d, 2**31)" % (name, value, low))
     return v
@@ -150,6 +138,7 @@ class Communicator:
     def __init__(self, rank, world, unique_id, *, timeout_ms=None, name=None, _handle=None):
         self._lib = _lib.load()
         self._handle = None
+        self._rank = self._size = None
         if _handle is not None:
             self._handle = _handle
             return
@@ -185,13 +174,21 @@ class Communicator:
             raise LoomError(INVALID_ARGUMENT, "comm: the communicator was destroyed")
         return self._handle
 
+    # A communicator's rank and size never change: asked of the library once (the collectives'
+    # checks read them on every call).
     @property
     def rank(self):
-        return self._int(self._lib.loomCommUserRank)
+        self._h()
+        if self._rank is None:
+            self._rank = self._int(self._lib.loomCommUserRank)
+        return self._rank
 
     @property
     def size(self):
-        return self._int(self._lib.loomCommCount)
+        self._h()
+        if self._size is None:
+            self._size = self._int(self._lib.loomCommCount)
+        return self._size
 
     world = size
 
@@ -208,7 +205,7 @@ class Communicator:
     def split(self, color, key=0, *, timeout_ms=None, name=None):
         """Ranks of one color form a new communicator, ordered by key. color=None
         (LOOM_SPLIT_NOCOLOR) takes no part and returns None. Collective."""
-        c = -1 if color is None else _index(color)
+        c = -1 if color is None else as_index(color)
         if c is None or not -1 <= c < 2**31:
             raise LoomError(INVALID_ARGUMENT, "color: %r is not a non-negative int or None" % (color,))
         key = _int32(key, "key")
@@ -250,7 +247,7 @@ class Communicator:
         """Names the next operation issued on this communicator with the caller's own number for
         it (0 clears it): its flight-recorder entry and trace dump carry it as "tag", and
         loom-trace shows it beside Loom's sequence number."""
-        t = _index(tag)
+        t = as_index(tag)
         if t is None or not 0 <= t < 1 << 64:
             raise LoomError(INVALID_ARGUMENT,
                             "tag: %r is not an integer in [0, 2**64)" % (tag,))
@@ -311,6 +308,8 @@ class Communicator:
         """Refuses send and recv that overlap other than in the collective's in-place layout:
         send starting in_place_at bytes into recv (None: the collective has none). Loom would
         read what it had already written."""
+        if s is r:  # in place, one buffer
+            return
         sb, rb = cls._bytes(s), cls._bytes(r)
         if sb == 0 or rb == 0 or s.address >= r.address + rb or r.address >= s.address + sb:
             return
@@ -453,7 +452,7 @@ class Communicator:
             if len(items) != n:
                 raise LoomError(INVALID_ARGUMENT, "%s: %d entries for %d ranks" % (name, len(items), n))
             for j, x in enumerate(items):
-                items[j] = _index(x)
+                items[j] = as_index(x)
                 if items[j] is None or items[j] < 0:
                     raise LoomError(INVALID_ARGUMENT, "%s: [%d] is %r, not an int >= 0" % (name, j, x))
             return items
@@ -490,7 +489,7 @@ class Communicator:
                             "takes a tagged message (send(..., tag=t), recv(buf, tag=t)), and an "
                             "untagged send is received from its peer (recv(buf, peer))")
         with View(buf, "recvbuff", writable=True, dtype=dtype) as v:
-            if tag is None and peer is not None:
+            if tag is None:
                 check(self._lib.loomRecv(v.address, v.count, v.dtype, self._peer(peer),
                                          self._h(), None))
                 return peer

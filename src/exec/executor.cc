@@ -35,19 +35,17 @@ Status Waiter::failed(Status s, const std::string& what, int peer) {
     } else if (lost == peer && tcp && comm_.peer(peer).host == comm_.peer(comm_.rank()).host) {
       // A live peer of this host closed its socket without a goodbye naming why (it failed in
       // the middle of a frame, or its socket was full): a rank of this host whose process is
-      // gone is the likely cause, and is named as such; taken as the rank lost only when it
-      // is the one.
+      // gone is the likely cause, named as such, and taken as the rank lost, when it is the
+      // only one; several are listed.
       int dead = 0;
       for (int r = 0; r < comm_.nranks(); ++r) {
         if (r == peer || r == comm_.rank()) continue;
         if (Status gone = comm_.checkPeerAlive(r); !gone.isOk()) {
-          if (dead++ == 0) {
-            cause = r;
-            more = "; " + gone.message() + ", the likely cause";
-          }
+          cause = dead++ == 0 ? r : lost;
+          more += "; " + gone.message();
         }
       }
-      if (dead > 1) cause = lost;
+      if (dead == 1) more += ", the likely cause";
     }
   }
   if (cause >= 0) comm_.noteLost(cause);

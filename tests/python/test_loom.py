@@ -108,7 +108,27 @@ def body_gather_family(comm, rank, n, count):
     a2a_in = array.array("i", [rank * 1000 + j for j in range(count * n)])
     a2a_out = array.array("i", [0] * (count * n))
     comm.all_to_all(a2a_in, a2a_out)
-    return list(gathered), list(rs_out), list(a2a_out)
+    # The same, in place: the input as this rank's block of the output (all_gather, gather at
+    # the last rank), the output as this rank's block of the input (reduce_scatter, scatter
+    # from the last rank).
+    root = n - 1
+    ag = array.array("q", [0] * (count * n))
+    ag[rank * count:(rank + 1) * count] = send
+    mv = memoryview(ag)
+    comm.all_gather(mv[rank * count:(rank + 1) * count], mv)
+    rs = inputs(rank, count * n, "f")
+    rmv = memoryview(rs)
+    comm.reduce_scatter(rmv, rmv[rank * count:(rank + 1) * count], op="sum")
+    g = array.array("q", [0] * (count * n))
+    g[rank * count:(rank + 1) * count] = send
+    gmv = memoryview(g)
+    comm.gather(gmv[rank * count:(rank + 1) * count], gmv if rank == root else None, root=root)
+    sc = array.array("q", [j * 10 + 1 for j in range(count * n)] if rank == root else [0] * (count * n))
+    smv = memoryview(sc)
+    comm.scatter(smv if rank == root else None, smv[rank * count:(rank + 1) * count], root=root)
+    in_place = (list(ag), list(rs[rank * count:(rank + 1) * count]),
+                list(g) if rank == root else None, list(sc[rank * count:(rank + 1) * count]))
+    return list(gathered), list(rs_out), list(a2a_out), in_place
 
 
 def vcount(src, dst):
@@ -222,6 +242,7 @@ def body_with_raises(comm, rank, n):
             with comm:
                 raise ValueError("a bug of the caller's")
         except ValueError:
+            time.sleep(5)  # alive: rank 1 must learn of the abort, not of this process's end
             return "left"
     t0 = time.monotonic()
     try:
@@ -324,12 +345,18 @@ class Collectives(unittest.TestCase):
         count = 11
         for n in RANKS:
             results = run_ranks(n, body_gather_family, count)
-            for rank, (gathered, rs, a2a) in enumerate(results):
-                self.assertEqual(gathered, [value(r, i, "q") for r in range(n) for i in range(count)])
+            want_gathered = [value(r, i, "q") for r in range(n) for i in range(count)]
+            for rank, (gathered, rs, a2a, in_place) in enumerate(results):
+                self.assertEqual(gathered, want_gathered)
                 want_rs = [sum(value(r, rank * count + i, "f") for r in range(n)) for i in range(count)]
                 self.assertTrue(close(rs, want_rs), "%s != %s" % (rs, want_rs))
                 self.assertEqual(a2a, [src * 1000 + rank * count + i
                                        for src in range(n) for i in range(count)])
+                ag, rs_in_place, g, sc = in_place
+                self.assertEqual(ag, want_gathered)
+                self.assertTrue(close(rs_in_place, want_rs), "%s != %s" % (rs_in_place, want_rs))
+                self.assertEqual(g, want_gathered if rank == n - 1 else None)
+                self.assertEqual(sc, [(rank * count + i) * 10 + 1 for i in range(count)])
 
     def test_all_to_all_v_gather_scatter(self):
         for n in RANKS:
@@ -393,7 +420,7 @@ class Collectives(unittest.TestCase):
         left, (code, seconds) = run_ranks(2, body_with_raises)
         self.assertEqual(left, "left")
         self.assertEqual(code, loom.errors.REMOTE_ERROR)
-        self.assertLess(seconds, 20)  # the harness's timeout is far longer
+        self.assertLess(seconds, 2)  # rank 0 lives 5 s more; the harness's timeout is far longer
 
     def test_mem_alloc_buffers(self):
         count = 150001  # 600 KB of float32: the direct all-reduce's slices, in rounds
@@ -526,8 +553,10 @@ def error_cases():
     mem = memoryview(array.array("f", [1.0, 2.0, 3.0, 4.0]))
     gone = comm.premul_sum(0.5, "float32")
     gone.destroy()
+    reuse = comm.premul_sum(3.0, "float32")  # takes the destroyed op's number
     child = comm.split(0)
-    foreign = child.premul_sum(2.0, "float32")
+    foreign = child.premul_sum(2.0, "float32")  # the same number again, on the child
+    assert reuse.value == gone.value == foreign.value, (reuse.value, gone.value, foreign.value)
     cases.update({
         "premul destroyed": lambda: comm.all_reduce(f, op=gone),
         "premul foreign": lambda: comm.all_reduce(f, op=foreign),
@@ -541,6 +570,7 @@ def error_cases():
         "pointer count wraps": lambda: loom.Pointer(16, 2**64 + 4, "int8"),
         "pointer none": lambda: loom.Pointer(None, 4, "int8"),
         "pointer too big": lambda: loom.Pointer(16, 2**62, "float32"),
+        "mem count bool": lambda: loom.mem_alloc(True),
     })
     # Accepted: NumPy's integers and types where ints and types are asked for, and the
     # in-place layouts (one buffer; all_gather's input as its block of the output).
@@ -551,6 +581,7 @@ def error_cases():
             "ok numpy dtype": lambda: comm.all_reduce(x, dtype=numpy.float32),
             "ok numpy dtype object": lambda: comm.all_reduce(x, dtype=numpy.dtype("float32")),
             "ok numpy key": lambda: comm.split(numpy.int32(0), key=numpy.int64(0)).destroy(),
+            "big-endian dtype": lambda: comm.all_reduce(x, dtype=numpy.dtype(">f4")),
             "ok numpy counts": lambda: comm.all_to_all_v(x, numpy.array([2]), numpy.zeros(2, numpy.float32),
                                                          numpy.array([2])),
         })
@@ -654,12 +685,14 @@ class Errors(unittest.TestCase):
                              ("pointer float count", "count", "4.9"),
                              ("pointer count wraps", "count", str(2**64 + 4)),
                              ("pointer none", "address", "None"),
-                             ("pointer too big", "count", "more memory")):
+                             ("pointer too big", "count", "more memory"),
+                             ("mem count bool", "count", "True")):
             self.expect(case, *words)
         for case in [k for k in self.out if k.startswith("ok ")]:
             self.assertIsNone(self.out[case], "%s: %r" % (case, self.out[case]))
         if numpy is not None:
             self.assertIn("ok numpy root", self.out)
+            self.expect("big-endian dtype", "dtype", ">f4")
         self.assertEqual(self.out["pickled"], "x: y")
 
     def test_library_errors_carry_loom_message(self):
