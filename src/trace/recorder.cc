@@ -184,6 +184,13 @@ void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enter
     sum += enterNs[q] - enterNs[0];
   }
   const int64_t first = enterNs[firstRank], last = enterNs[lastRank];
+  // No peer's data is seen before the peer entered: a first arrival taken from this rank's
+  // entry time (a peer found ready at a first look that followed it) is raised to the peer's
+  // entry where that came later (this rank ran late between its entry and its look).
+  for (int i = 0; i < OpRecord::kFirstPeers && r->firstPeer[i] >= 0; ++i) {
+    const size_t p = static_cast<size_t>(r->firstPeer[i]);
+    if (p < n && r->firstNs[i] < enterNs[p]) r->firstNs[i] = enterNs[p];
+  }
   r->lastRank = static_cast<int>(lastRank);
   r->lateNs = last - first;
   r->earliestRank = static_cast<int>(firstRank);
