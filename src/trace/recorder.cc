@@ -184,13 +184,6 @@ void FlightRecorder::noteArrivals(OpRecord* r, const std::vector<int64_t>& enter
     sum += enterNs[q] - enterNs[0];
   }
   const int64_t first = enterNs[firstRank], last = enterNs[lastRank];
-  // No peer's data is seen before the peer entered: a first arrival taken from this rank's
-  // entry time (a peer found ready at a first look that followed it) is raised to the peer's
-  // entry where that came later (this rank ran late between its entry and its look).
-  for (int i = 0; i < OpRecord::kFirstPeers && r->firstPeer[i] >= 0; ++i) {
-    const size_t p = static_cast<size_t>(r->firstPeer[i]);
-    if (p < n && r->firstNs[i] < enterNs[p]) r->firstNs[i] = enterNs[p];
-  }
   r->lastRank = static_cast<int>(lastRank);
   r->lateNs = last - first;
   r->earliestRank = static_cast<int>(firstRank);
@@ -279,8 +272,16 @@ std::string FlightRecorder::toJson(const std::string& commName, uint64_t commHas
     if (r.lastRank >= 0 && r.lastRank != rank_ && r.lastRank != r.earliestRank)
       o << ",[" << r.lastRank << "," << r.latestNs << "]";
     o << "],\"firstArrivalNs\":[";
-    for (int i = 0; i < OpRecord::kFirstPeers && r.firstPeer[i] >= 0; ++i)
-      o << (i ? "," : "") << "[" << r.firstPeer[i] << "," << toRank0(r.firstNs[i]) << "]";
+    // No peer's data is seen before the peer entered: a first arrival taken from this rank's
+    // own entry time (a peer found ready at a first look that followed it: no clock is read
+    // on that path) is written as the peer's entry where that is known and came later.
+    for (int i = 0; i < OpRecord::kFirstPeers && r.firstPeer[i] >= 0; ++i) {
+      const int p = r.firstPeer[i];
+      int64_t ns = toRank0(r.firstNs[i]);
+      if (p == r.earliestRank) ns = std::max(ns, static_cast<int64_t>(r.earliestNs));
+      if (p == r.lastRank) ns = std::max(ns, static_cast<int64_t>(r.latestNs));
+      o << (i ? "," : "") << "[" << p << "," << ns << "]";
+    }
     o << "]";
     if (r.state == OpState::Failed && r.error[0] != '\0') {
       o << ",\"error\":\"";

@@ -125,8 +125,7 @@ class FlightRecorder {
       r->waitPeer = peer;
     }
   }
-  // Records every rank's entry time (same clock) for the current operation, after its first
-  // arrivals (none is left before its peer's entry).
+  // Records every rank's entry time (same clock) for the current operation.
   void noteArrivals(OpRecord* r, const std::vector<int64_t>& enterNs);
   // Records the earliest and latest entries (rank 0's clock) learned from stamps; this rank
   // waited for the latest from its own entry on.
