@@ -174,9 +174,13 @@ ncclResult_t toLoomConfig(const char* fn, const ncclConfig_t* config, loomConfig
   if (config->magic != kNcclConfigMagic || config->size < offsetof(ncclConfig_t, blocking) + 4)
     return fail(ncclInvalidArgument, fn,
                 "config: not initialised with NCCL_CONFIG_INITIALIZER (magic or size wrong)");
+  // NCCL gives a field a config leaves undefined its default, where Loom's split and shrink
+  // give it the parent's: the shim passes NCCL's defaults (blocking, no name) explicitly.
   *out = LOOM_CONFIG_INITIALIZER;
-  out->blocking = config->blocking;
-  if (hasField(config, offsetof(ncclConfig_t, commName), sizeof(config->commName)))
+  out->blocking = config->blocking == NCCL_CONFIG_UNDEF_INT ? 1 : config->blocking;
+  out->commName = "";
+  if (hasField(config, offsetof(ncclConfig_t, commName), sizeof(config->commName)) &&
+      config->commName != nullptr)
     out->commName = config->commName;
   *outPtr = out;
   return ncclSuccess;

@@ -179,7 +179,8 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
 /// @param color non-negative colour, or LOOM_SPLIT_NOCOLOR (newcomm gets NULL).
 /// @param key ordering key.
 /// @param newcomm receives the new communicator.
-/// @param config options for the new communicator, or NULL.
+/// @param config options for the new communicator, or NULL to take comm's; a field the
+///        config leaves undefined (LOOM_CONFIG_INITIALIZER's value) takes comm's too.
 loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
                            loomConfig_t* config);
 
@@ -195,7 +196,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 /// @param excludeRanksList ranks of comm to leave out (NULL when excludeRanksCount is 0).
 /// @param excludeRanksCount entries in excludeRanksList.
 /// @param newcomm receives the new communicator.
-/// @param config options for it, or NULL to take comm's.
+/// @param config options for it, or NULL to take comm's; a field it leaves undefined takes
+///        comm's too.
 /// @param shrinkFlags LOOM_SHRINK_DEFAULT (comm's queued operations finish first) or
 ///        LOOM_SHRINK_ABORT (comm's outstanding operations are aborted first).
 loomResult_t loomCommShrink(loomComm_t comm, int* excludeRanksList, int excludeRanksCount,
@@ -280,6 +282,12 @@ loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataTyp
 /// operation has returned, it may be freed: each call copies it, so a call still queued on a
 /// non-blocking communicator (or in an open group) runs with the scalar it was given.
 loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
+
+/// The collectives below: a call's send and receive buffers must not overlap other than in its
+/// in-place form, given with each (a root's gather in place when sendbuff == recvbuff + root *
+/// sendcount, its scatter when recvbuff == sendbuff + root * recvcount; all-to-all and
+/// loomAllToAllv have none). Any other overlap, which would read bytes the call had already
+/// written, is refused with loomInvalidArgument naming recvbuff.
 
 /// recvbuff[i] = op over ranks of sendbuff[i]. In place when sendbuff == recvbuff.
 /// @param count elements in each buffer.

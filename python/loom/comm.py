@@ -8,7 +8,7 @@ import numbers
 import os
 
 from . import _lib
-from .buffers import SIZES, View, as_index, group_enter, group_exit, in_group, to_dtype
+from .buffers import View, as_index, group_enter, group_exit, in_group, to_dtype
 from .errors import LoomError, INVALID_ARGUMENT, check
 
 
@@ -209,10 +209,10 @@ class Communicator:
         if c is None or not -1 <= c < 2**31:
             raise LoomError(INVALID_ARGUMENT, "color: %r is not a non-negative int or None" % (color,))
         key = _int32(key, "key")
-        # Without either, the child takes the parent's timeout and name (a NULL config).
-        cfg = None if timeout_ms is None and name is None else ctypes.byref(_config(timeout_ms, name))
+        # What is not given (None) the child takes from the parent.
+        cfg = _config(timeout_ms, name)
         h = ctypes.c_void_p()
-        check(self._lib.loomCommSplit(self._h(), c, key, ctypes.byref(h), cfg))
+        check(self._lib.loomCommSplit(self._h(), c, key, ctypes.byref(h), ctypes.byref(cfg)))
         return Communicator(None, None, None, _handle=h.value) if h.value else None
 
     def destroy(self):
@@ -299,29 +299,6 @@ class Communicator:
             raise LoomError(INVALID_ARGUMENT, "recvbuff: %d elements, %s needs %d"
                             % (recv.count, what, want_recv))
 
-    @staticmethod
-    def _bytes(v):
-        return v.count * SIZES[v.dtype]
-
-    @classmethod
-    def _apart(cls, s, r, in_place_at):
-        """Refuses send and recv that overlap other than in the collective's in-place layout:
-        send starting in_place_at bytes into recv (None: the collective has none). Loom would
-        read what it had already written."""
-        if s is r:  # in place, one buffer
-            return
-        sb, rb = cls._bytes(s), cls._bytes(r)
-        if sb == 0 or rb == 0 or s.address >= r.address + rb or r.address >= s.address + sb:
-            return
-        if in_place_at is not None and s.address - r.address == in_place_at:
-            return
-        raise LoomError(INVALID_ARGUMENT, "recvbuff: overlaps sendbuff (%d bytes at %#x against "
-                        "%d at %#x)%s; pass buffers apart" % (
-                            rb, r.address, sb, s.address,
-                            "" if in_place_at is None else
-                            ", not in this collective's in-place layout (sendbuff %d bytes into "
-                            "recvbuff)" % in_place_at))
-
     @contextlib.contextmanager
     def _views(self, send, recv, dtype):
         """Views of send and recv (recv None: in place), released on exit."""
@@ -344,7 +321,6 @@ class Communicator:
         o = _op(op, self)
         with self._views(send, recv, dtype) as (s, r):
             self._same(s, r, s.count, "all_reduce")
-            self._apart(s, r, 0)
             check(self._lib.loomAllReduce(s.address, r.address, s.count, s.dtype, o, self._h(),
                                           None))
 
@@ -352,7 +328,6 @@ class Communicator:
         """Copies root's send into every rank's recv (into send when recv is None)."""
         with self._views(send, recv, dtype) as (s, r):
             self._same(s, r, s.count, "broadcast")
-            self._apart(s, r, 0)
             check(self._lib.loomBroadcast(s.address, r.address, s.count, s.dtype,
                                           self._root(root), self._h(), None))
 
@@ -361,7 +336,6 @@ class Communicator:
         o = _op(op, self)
         with self._views(send, recv, dtype) as (s, r):
             self._same(s, r, s.count, "reduce")
-            self._apart(s, r, 0)
             check(self._lib.loomReduce(s.address, r.address, s.count, s.dtype, o,
                                        self._root(root), self._h(), None))
 
@@ -369,7 +343,6 @@ class Communicator:
         """recv = every rank's send, in rank order (recv holds size * len(send))."""
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, s.count * self.size, "all_gather")
-            self._apart(s, r, self.rank * self._bytes(s))
             check(self._lib.loomAllGather(s.address, r.address, s.count, s.dtype, self._h(), None))
 
     def reduce_scatter(self, send, recv, op="sum", *, dtype=None):
@@ -377,7 +350,6 @@ class Communicator:
         o = _op(op, self)
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, self._blocks(s), "reduce_scatter")
-            self._apart(s, r, -self.rank * self._bytes(r))
             check(self._lib.loomReduceScatter(s.address, r.address, r.count, s.dtype, o,
                                               self._h(), None))
 
@@ -385,7 +357,6 @@ class Communicator:
         """Block j of this rank's send goes to rank j, landing in its recv's block `rank`."""
         with self._views(send, self._out(recv), dtype) as (s, r):
             self._same(s, r, s.count, "all_to_all")
-            self._apart(s, r, None)
             check(self._lib.loomAllToAll(s.address, r.address, self._blocks(s), s.dtype,
                                          self._h(), None))
 
@@ -399,7 +370,6 @@ class Communicator:
             self._same(s, r, r.count, "all_to_all_v")
             arrays = [self._layout(send_counts, send_displs, s.count, "send"),
                       self._layout(recv_counts, recv_displs, r.count, "recv")]
-            self._apart(s, r, None)
             sc, sd, rc, rd = [(ctypes.c_size_t * self.size)(*x) for pair in arrays for x in pair]
             check(self._lib.loomAllToAllv(s.address, sc, sd, r.address, rc, rd, s.dtype,
                                           self._h(), None))
@@ -414,7 +384,6 @@ class Communicator:
                 return
             with View(self._out(recv), "recvbuff", writable=True, dtype=dtype) as r:
                 self._same(s, r, s.count * self.size, "gather")
-                self._apart(s, r, root * self._bytes(s))
                 check(self._lib.loomGather(s.address, r.address, s.count, s.dtype, root, self._h(),
                                            None))
 
@@ -434,7 +403,6 @@ class Communicator:
                 if s.count != r.count * self.size:
                     raise LoomError(INVALID_ARGUMENT, "sendbuff: %d elements, scatter needs %d "
                                     "(size * len(recvbuff))" % (s.count, r.count * self.size))
-                self._apart(s, r, -root * self._bytes(r))
                 check(self._lib.loomScatter(s.address, r.address, r.count, r.dtype, root,
                                             self._h(), None))
 

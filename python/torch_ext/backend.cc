@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "util.h"
+#include "util/wait.h"
 
 namespace loom::torchext {
 

@@ -50,13 +50,6 @@ inline loomDataType_t reduceType(const at::Tensor& t) {
   }
 }
 
-// The grace loomCommWaitTicket adds to a communicator's timeout for a wait with a negative
-// timeout (loom.h): waits of the backend's own (the sparse lane's operations) add the same, so
-// that Loom's error, which names the rank it waited for, comes before theirs.
-inline int64_t waitGraceMs(int64_t timeoutMs) {
-  return std::min<int64_t>(std::max<int64_t>(timeoutMs / 10, 500), 5000);
-}
-
 // How many elements of reduceType(t) t holds.
 inline size_t reduceCount(const at::Tensor& t) {
   return static_cast<size_t>(t.numel()) * (t.is_complex() ? 2 : 1);

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <climits>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -111,6 +114,50 @@ inline Status checkCount(size_t count, size_t multiple, loomDataType_t dt, const
 inline Status checkBuf(const void* p, size_t count, const char* arg) {
   if (p != nullptr || count == 0) return Status::ok();
   return nullBuf(count, arg);
+}
+
+// The in-place layout of a collective: send - recv, in bytes, modulo 2^64 (a send range that
+// starts before the receive range wraps), or none (kApart).
+struct InPlace {
+  bool has;
+  uintptr_t delta;
+};
+constexpr InPlace kApart{false, 0};
+// Send starts `bytes` into recv (all-gather; a root's gather), or recv into send (reduce-scatter;
+// a root's scatter).
+inline InPlace sendInRecv(size_t bytes) { return InPlace{true, bytes}; }
+inline InPlace recvInSend(size_t bytes) { return InPlace{true, uintptr_t{0} - bytes}; }
+
+[[gnu::cold, gnu::noinline]] Status overlapping(const void* send, size_t sendBytes,
+                                                const void* recv, size_t recvBytes,
+                                                InPlace inPlace) {
+  char text[240];
+  snprintf(text, sizeof text, "recvbuff: %zu bytes at %p overlap sendbuff's %zu at %p", recvBytes,
+           recv, sendBytes, send);
+  std::string m = text;
+  if (!inPlace.has) {
+    m += "; this collective has no in-place form: pass buffers apart";
+  } else {
+    const bool ahead = inPlace.delta <= UINTPTR_MAX / 2;  // send starts inside recv
+    const uintptr_t by = ahead ? inPlace.delta : uintptr_t{0} - inPlace.delta;
+    m += by == 0 ? "; in place, sendbuff must equal recvbuff"
+                 : "; in place, sendbuff must be recvbuff " + std::string(ahead ? "+ " : "- ") +
+                       std::to_string(by) + " bytes";
+    m += " (or pass buffers apart)";
+  }
+  return LOOM_ERROR(loomInvalidArgument, m);
+}
+
+// Refuses send and receive ranges that overlap other than in the collective's in-place layout:
+// the collective would read bytes it had already written. The differences are taken whichever
+// range comes first, so no address sum can wrap.
+inline Status checkApart(const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
+                         InPlace inPlace) {
+  const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const bool overlap =
+      s >= r ? s - r < recvBytes && sendBytes > 0 : r - s < sendBytes && recvBytes > 0;
+  if (!overlap || (inPlace.has && s - r == inPlace.delta)) return Status::ok();
+  return overlapping(send, sendBytes, recv, recvBytes, inPlace);
 }
 
 Status checkRank(int r, int n, const char* arg) {
@@ -363,8 +410,7 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   LOOM_CHECK(checkNotFinalized(h));
   if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
     return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
-  LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
-  if (config == nullptr) opts = comm->options();
+  LOOM_ASSIGN(CommOptions opts, resolveConfig(config, &comm->options()));
   // A non-blocking parent first finishes what it has queued, so every rank splits after the
   // same operations.
   if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000))
@@ -447,39 +493,46 @@ Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t 
   const bool rooted = coll == algo::Coll::Broadcast || coll == algo::Coll::Reduce;
   if (rooted) LOOM_CHECK(checkRank(root, n, "root"));
   const size_t many = static_cast<size_t>(n);
+  // One rank's block in bytes (checkCount below keeps many blocks within size_t), and this
+  // rank's block's offset in a buffer of many.
+  const size_t block = count * loom::kernels::typeSize(dt), all = block * many;
+  const size_t mine = block * static_cast<size_t>(rank);
   switch (coll) {
     case algo::Coll::AllReduce:
       LOOM_CHECK(checkCount(count, 1, dt, "count"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      LOOM_CHECK(checkApart(sendbuff, block, recvbuff, block, sendInRecv(0)));
       break;
     case algo::Coll::Broadcast:
       LOOM_CHECK(checkCount(count, 1, dt, "count"));
       if (rank == root) LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      if (rank == root) LOOM_CHECK(checkApart(sendbuff, block, recvbuff, block, sendInRecv(0)));
       break;
     case algo::Coll::Reduce:
       LOOM_CHECK(checkCount(count, 1, dt, "count"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       if (rank == root) LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      if (rank == root) LOOM_CHECK(checkApart(sendbuff, block, recvbuff, block, sendInRecv(0)));
       break;
     case algo::Coll::AllGather:
       LOOM_CHECK(checkCount(count, many, dt, "sendcount"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      LOOM_CHECK(checkApart(sendbuff, block, recvbuff, all, sendInRecv(mine)));
       break;
     case algo::Coll::ReduceScatter:
       LOOM_CHECK(checkCount(count, many, dt, "recvcount"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+      LOOM_CHECK(checkApart(sendbuff, all, recvbuff, block, recvInSend(mine)));
       break;
     case algo::Coll::AllToAll:
       LOOM_CHECK(checkCount(count, many, dt, "count"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      if (count > 0 && n > 1 && sendbuff == recvbuff)
-        return LOOM_ERROR(loomInvalidArgument,
-                          "recvbuff: all-to-all cannot run in place (sendbuff == recvbuff)");
+      LOOM_CHECK(checkApart(sendbuff, all, recvbuff, all, kApart));
       break;
     case algo::Coll::SendRecv:  // loomSend and loomRecv, checked by their own entry points
       return LOOM_ERROR(loomInternalError, "a group is not a collective call");
@@ -586,6 +639,35 @@ Status blocksOf(const size_t* counts, const size_t* displs, int n, loomDataType_
   return Status::ok();
 }
 
+// Refuses a send block and a receive block that overlap (all-to-all-v has no in-place form).
+// Blocks of one side may interleave with the other's; each side's blocks are sorted, then swept.
+Status checkBlocksApart(const void* sendbuff, const std::vector<Block>& sends, const void* recvbuff,
+                        const std::vector<Block>& recvs, loomDataType_t dt) {
+  using namespace loom::api;
+  const size_t es = loom::kernels::typeSize(dt);
+  auto ranges = [es](const void* base, const std::vector<Block>& blocks) {
+    std::vector<std::pair<uintptr_t, size_t>> out;  // (first byte, bytes)
+    for (const Block& b : blocks)
+      if (b.count > 0)
+        out.emplace_back(reinterpret_cast<uintptr_t>(base) + b.offset * es, b.count * es);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto s = ranges(sendbuff, sends), r = ranges(recvbuff, recvs);
+  for (size_t i = 0, j = 0; i < s.size() && j < r.size();) {
+    const auto a = s[i], b = r[j];
+    const void* sp = reinterpret_cast<const void*>(a.first);
+    const void* rp = reinterpret_cast<const void*>(b.first);
+    LOOM_CHECK(checkApart(sp, a.second, rp, b.second, kApart));
+    // The range that ends first cannot meet any later range of the other side.
+    if (a.first + a.second <= b.first + b.second)
+      ++i;
+    else
+      ++j;
+  }
+  return Status::ok();
+}
+
 Status allToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
                  void* recvbuff, const size_t* recvcounts, const size_t* rdispls, loomDataType_t dt,
                  loomComm* h, loomStream_t stream) {
@@ -603,6 +685,7 @@ Status allToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* s
                                                " elements, but this rank sends itself " +
                                                std::to_string(sendcounts[me]) + " (sendcounts[" +
                                                std::to_string(me) + "])");
+  LOOM_CHECK(checkBlocksApart(sendbuff, sends, recvbuff, recvs, dt));
   return exchange(h, dt, stream, sendbuff, sends, recvbuff, recvs);
 }
 
@@ -618,13 +701,22 @@ Status rooted(bool toRoot, const void* sendbuff, void* recvbuff, size_t count, l
   for (int r = 0; r < n && me == root; ++r)
     all.push_back(Block{r, static_cast<size_t>(r) * count, count});
   const std::vector<Block> one{Block{root, 0, count}};
+  // The root's block of its buffer of n, in bytes: in place, the other buffer is that block.
+  const size_t block = count * loom::kernels::typeSize(dt);
+  const size_t at = block * static_cast<size_t>(root);
   if (toRoot) {
     LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
     if (me == root) LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
+    if (me == root)
+      LOOM_CHECK(
+          checkApart(sendbuff, block, recvbuff, block * static_cast<size_t>(n), sendInRecv(at)));
     return exchange(h, dt, stream, sendbuff, one, recvbuff, all);
   }
   LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
   if (me == root) LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
+  if (me == root)
+    LOOM_CHECK(
+        checkApart(sendbuff, block * static_cast<size_t>(n), recvbuff, block, recvInSend(at)));
   return exchange(h, dt, stream, sendbuff, all, recvbuff, one);
 }
 

@@ -50,8 +50,7 @@ Status shrink(loomComm* h, const int* exclude, int count, loomComm_t* newcomm,
   if (excluded[static_cast<size_t>(me)])
     return LOOM_ERROR(loomInvalidUsage, "excludeRanksList: names this rank (" + std::to_string(me) +
                                             "); excluded ranks must not call loomCommShrink");
-  LOOM_ASSIGN(CommOptions opts, resolveConfig(config));
-  if (config == nullptr) opts = comm->options();
+  LOOM_ASSIGN(CommOptions opts, resolveConfig(config, &comm->options()));
   if (flags == LOOM_SHRINK_ABORT) {
     comm->abort();
   } else if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000)) {

@@ -33,10 +33,14 @@
 
 namespace loom {
 
-Result<CommOptions> resolveConfig(const loomConfig_t* config) {
+Result<CommOptions> resolveConfig(const loomConfig_t* config, const CommOptions* parent) {
   CommOptions o;
-  o.timeoutMs = env::timeoutMs();
-  o.checkCalls = env::checkCalls();
+  if (parent != nullptr) {
+    o = *parent;
+  } else {
+    o.timeoutMs = env::timeoutMs();
+    o.checkCalls = env::checkCalls();
+  }
   if (config != nullptr) {
     if (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t))
       return LOOM_ERROR(loomInvalidArgument,

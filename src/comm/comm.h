@@ -47,8 +47,10 @@ struct CommOptions {
   int cudaDev = -1;
 };
 
-// Resolves a loomConfig_t (may be NULL) against the environment.
-Result<CommOptions> resolveConfig(const loomConfig_t* config);
+// Resolves a loomConfig_t (may be NULL) against the environment, or, for a communicator made
+// from another (split, shrink), against that parent's options: a field the config leaves
+// undefined keeps the parent's value, as a NULL config keeps them all.
+Result<CommOptions> resolveConfig(const loomConfig_t* config, const CommOptions* parent = nullptr);
 
 class Comm {
  public:

@@ -238,6 +238,69 @@ INSTANTIATE_TEST_SUITE_P(Calls, AbortWhileMaking, ::testing::Values(true, false)
                            return p.param ? "shrink" : "split";
                          });
 
+// A config given to loomCommSplit or loomCommShrink sets only the fields it defines: the rest
+// are the parent's, not the defaults (the environment's LOOM_TIMEOUT_MS, 30 s here). Rank 0 runs
+// an all-reduce on each child that rank 1 never joins: it fails within the child's timeout, named
+// by the child's name. It used to wait the environment's 30 s and lose the parent's name.
+int madeWithPartConfig(RankContext& ctx) {
+  SharedPage* sh = ctx.shared;
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    fprintf(stderr, "rank %d: %s\n", ctx.rank, what.c_str());
+    ++failures;
+  };
+  loomConfig_t parentCfg = LOOM_CONFIG_INITIALIZER;
+  parentCfg.timeoutMs = 3000;
+  parentCfg.commName = "parent-comm";
+  loomResult_t r = loomGetUniqueId(&ctx.id);
+  if (r == loomSuccess)
+    r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &parentCfg);
+  if (r != loomSuccess) return fail(std::string("init: ") + loomGetLastError(nullptr)), 1;
+  // Rank 0 alone runs an all-reduce on made; it must time out after timeoutMs (and well before
+  // the other communicator's timeout) with an error that names `name`.
+  auto alone = [&](loomComm_t made, int timeoutMs, const char* name, uint32_t step) {
+    if (ctx.rank == 0) {
+      float x = 1, y = 0;
+      const double t0 = nowSeconds();
+      const loomResult_t a = loomAllReduce(&x, &y, 1, loomFloat32, loomSum, made, nullptr);
+      const double s = nowSeconds() - t0;
+      const std::string msg = loomGetLastError(made);
+      if (a != loomTimeout) fail(std::string("expected loomTimeout, got ") + loomGetErrorString(a));
+      if (s < timeoutMs / 1000.0 * 0.9 || s > timeoutMs / 1000.0 + 1.3)
+        fail("timed out after " + std::to_string(s) + " s; its timeout is " +
+             std::to_string(timeoutMs) + " ms");
+      if (msg.find(name) == std::string::npos)
+        fail("error does not name " + std::string(name) + ": " + msg);
+      sh->flag.store(step);
+    } else {
+      for (int i = 0; i < 3000 && sh->flag.load() < step; ++i) usleep(10000);
+    }
+    loomCommAbort(made);
+  };
+  loomConfig_t named = LOOM_CONFIG_INITIALIZER;
+  named.commName = "child-comm";
+  loomComm_t child = nullptr;
+  r = loomCommSplit(ctx.comm, 0, ctx.rank, &child, &named);
+  if (r != loomSuccess) return fail(std::string("split: ") + loomGetLastError(ctx.comm)), 1;
+  alone(child, 3000, "child-comm", 1);  // the parent's timeout, its own name
+  loomConfig_t timed = LOOM_CONFIG_INITIALIZER;
+  timed.timeoutMs = 1500;
+  loomComm_t shrunk = nullptr;
+  r = loomCommShrink(ctx.comm, nullptr, 0, &shrunk, &timed, LOOM_SHRINK_DEFAULT);
+  if (r != loomSuccess) return fail(std::string("shrink: ") + loomGetLastError(ctx.comm)), 1;
+  alone(shrunk, 1500, "parent-comm", 2);  // its own timeout, the parent's name
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(Config, SplitAndShrinkTakeTheParentsFieldsTheirConfigLeavesUndefined) {
+  LaunchOptions opts;
+  opts.initComm = false;
+  opts.timeoutMs = 30000;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, madeWithPartConfig);
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
 // A split's child outlives its parent: the parent's abort flag, which ends the child's set-up,
 // is not watched (read) after it (under ASan a read of the freed parent fails this test).
 TEST(Abort, ASplitsChildOutlivesItsParent) {
@@ -487,6 +550,33 @@ int badCollectiveArgs(RankContext& ctx) {
   EXPECT_BAD(c, loomReduceScatter(send, recv, 4, loomFloat32, kBadOp, comm, nullptr), "op");
   EXPECT_BAD(c, loomAllToAll(send, recv, 4, kBadType, comm, nullptr), "datatype");
   EXPECT_BAD(c, loomAllToAll(send, nullptr, 4, loomFloat32, comm, nullptr), "recvbuff");
+  // Send and receive ranges that overlap other than in the collective's in-place layout (a
+  // collective would read what it had written). Every rank passes its own rank as root, so
+  // every rank refuses the rooted ones alike.
+  const int me = ctx.rank;
+  float* b = recv;
+  EXPECT_BAD(c, loomAllReduce(b, b + 1, 4, loomFloat32, loomSum, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomAllReduce(b + 3, b, 4, loomFloat32, loomSum, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomBroadcast(b, b + 1, 4, loomFloat32, me, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomReduce(b + 1, b, 4, loomFloat32, loomSum, me, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomAllGather(b + 4 * me + 1, b, 4, loomFloat32, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomAllGather(b + 4 * ((me + 1) % n), b, 4, loomFloat32, comm, nullptr),
+             "recvbuff");
+  EXPECT_BAD(c, loomReduceScatter(b, b + 4 * me + 1, 4, loomFloat32, loomSum, comm, nullptr),
+             "recvbuff");
+  EXPECT_BAD(c, loomAllToAll(b, b, 4, loomFloat32, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomAllToAll(b, b + 4 * n - 1, 4, loomFloat32, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomGather(b + 4 * me + 2, b, 4, loomFloat32, me, comm, nullptr), "recvbuff");
+  EXPECT_BAD(c, loomScatter(b, b + 4 * me + 1, 4, loomFloat32, me, comm, nullptr), "recvbuff");
+  {
+    // Blocks of two elements, rank j's at 2j: the receive side starts inside the send side.
+    size_t counts[64], displs[64];
+    for (int j = 0; j < n; ++j) counts[j] = 2, displs[j] = 2 * static_cast<size_t>(j);
+    EXPECT_BAD(
+        c,
+        loomAllToAllv(b, counts, displs, b + 2 * n - 1, counts, displs, loomFloat32, comm, nullptr),
+        "recvbuff");
+  }
   EXPECT_BAD(c, loomSend(send, 4, loomFloat32, n, comm, nullptr), "peer");
   EXPECT_BAD(c, loomSend(send, 4, loomFloat32, -1, comm, nullptr), "peer");
   EXPECT_BAD(c, loomRecv(recv, 4, loomFloat32, n, comm, nullptr), "peer");
@@ -546,6 +636,57 @@ int badCollectiveArgs(RankContext& ctx) {
       fprintf(stderr, "loomGetErrorString(%d) gave no text\n", code);
       ++failures;
     }
+  }
+  // Overlap as the in-place forms allow, at root 1, beside touching but disjoint ranges: run,
+  // and checked against the values every rank put in.
+  {
+    const int me = ctx.rank, root = 1 % n;
+    std::vector<float> buf(static_cast<size_t>(8 * n));
+    auto check = [&](const char* what, size_t at, float want) {
+      if (buf[at] != want) {
+        fprintf(stderr, "%s: element %zu holds %g, expected %g\n", what, at, buf[at], want);
+        ++failures;
+      }
+    };
+    // Gather in place at root: each rank's 4 values (10 * rank + i) into root's block rank.
+    for (int i = 0; i < 4; ++i) buf[static_cast<size_t>(4 * me + i)] = 10.0f * me + i;
+    expectOk("Gather in place at root 1",
+             loomGather(buf.data() + 4 * me, me == root ? buf.data() : nullptr, 4, f32, root, comm,
+                        nullptr));
+    for (int q = 0; q < n && me == root; ++q)
+      for (int i = 0; i < 4; ++i)
+        check("gather in place", static_cast<size_t>(4 * q + i), 10.0f * q + i);
+    // Scatter in place at root: root's block q (100 + 10 * q + i) to rank q.
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 4; ++i)
+        buf[static_cast<size_t>(4 * q + i)] = me == root ? 100.0f + 10.0f * q + i : -1.0f;
+    expectOk("Scatter in place at root 1",
+             loomScatter(me == root ? buf.data() : nullptr, buf.data() + 4 * me, 4, f32, root, comm,
+                         nullptr));
+    for (int i = 0; i < 4; ++i)
+      check("scatter in place", static_cast<size_t>(4 * me + i), 100.0f + 10.0f * me + i);
+    // An all-reduce whose send range ends where its receive range starts.
+    for (int i = 0; i < 4; ++i) buf[static_cast<size_t>(4 + i)] = 1.0f + me + i;
+    expectOk("AllReduce, touching ranges",
+             loomAllReduce(buf.data() + 4, buf.data(), 4, f32, loomSum, comm, nullptr));
+    for (int i = 0; i < 4; ++i) {
+      float want = 0;
+      for (int q = 0; q < n; ++q) want += 1.0f + q + i;
+      check("all-reduce, touching ranges", static_cast<size_t>(i), want);
+    }
+    // All-to-all-v with send and receive blocks interleaved in one buffer: block j of each
+    // side at 4j, receives 2 elements after sends.
+    size_t counts[64], sdispls[64], rdispls[64];
+    for (int j = 0; j < n; ++j) {
+      counts[j] = 2, sdispls[j] = 4 * static_cast<size_t>(j), rdispls[j] = sdispls[j] + 2;
+      for (int k = 0; k < 2; ++k) buf[sdispls[j] + static_cast<size_t>(k)] = 10.0f * me + 2 * j + k;
+    }
+    expectOk("AllToAllv, interleaved blocks", loomAllToAllv(buf.data(), counts, sdispls, buf.data(),
+                                                            counts, rdispls, f32, comm, nullptr));
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < 2; ++k)
+        check("all-to-all-v, interleaved", rdispls[j] + static_cast<size_t>(k),
+              10.0f * j + 2 * me + k);
   }
   loomResult_t r = loomSuccess;
   r = loomAllReduce(send, recv, 4, loomFloat32, loomSum, comm, nullptr);

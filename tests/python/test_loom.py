@@ -676,9 +676,9 @@ class Errors(unittest.TestCase):
         # untagged send makes; out-of-range scalars and counts were wrapped or turned to inf.
         for case, *words in (("premul destroyed", "op", "destroyed"),
                              ("premul foreign", "op", "another communicator"),
-                             ("overlap", "recvbuff", "overlaps sendbuff", "in-place layout"),
-                             ("overlap a2a", "recvbuff", "overlaps sendbuff"),
-                             ("overlap gather", "recvbuff", "overlaps sendbuff"),
+                             ("overlap", "recvbuff", "overlap sendbuff", "must equal recvbuff"),
+                             ("overlap a2a", "recvbuff", "overlap sendbuff", "no in-place form"),
+                             ("overlap gather", "recvbuff", "overlap sendbuff"),
                              ("recv untagged any", "tag", "peer None"),
                              ("premul huge", "scalar", "range"),
                              ("premul float32 range", "scalar", "float32"),

@@ -6,6 +6,7 @@
  * runs on whichever libnccl.so.2 the loader finds (tests/shim/run.sh points it
  * at Loom's shim).
  * usage: nccl_host_test NRANKS       exit 0 when every check passed on every rank */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <math.h>
 #include <nccl.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int gRank, gN, gFailures;
@@ -456,6 +458,35 @@ static void checkSplit(ncclComm_t comm, size_t count) {
   free(s), free(o);
 }
 
+/* A config that leaves blocking undefined makes a blocking communicator, as NCCL's does, even
+ * split from a non-blocking one: the split returns ncclSuccess and the child works at once. */
+static void checkSplitOfNonBlocking(ncclComm_t comm) {
+  ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
+  nb.blocking = 0;
+  ncclComm_t parent = NULL, child = NULL;
+  ncclResult_t r = ncclCommSplit(comm, 0, gRank, &parent, &nb), state = ncclInProgress;
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "non-blocking split: %d '%s'", r,
+         ncclGetLastError(NULL));
+  for (int i = 0; i < 30000 && state == ncclInProgress; i++) {
+    if (ncclCommGetAsyncError(parent, &state) != ncclSuccess) break;
+    const struct timespec ms = {0, 1000000};
+    if (state == ncclInProgress) nanosleep(&ms, NULL);
+  }
+  EXPECT(state == ncclSuccess, "non-blocking split: state %d", state);
+  ncclConfig_t named = NCCL_CONFIG_INITIALIZER;
+  named.commName = "named-only";
+  r = ncclCommSplit(parent, 0, gRank, &child, &named);
+  EXPECT(r == ncclSuccess && child != NULL, "split of a non-blocking comm, blocking undefined: %d",
+         r);
+  if (r == ncclSuccess && child != NULL) {
+    int32_t x = gRank + 1, sum = 0;
+    r = ncclAllReduce(&x, &sum, 1, ncclInt32, ncclSum, child, NULL);
+    EXPECT(r == ncclSuccess && sum == gN * (gN + 1) / 2, "child allreduce: %d, sum %d", r, sum);
+    CHECK_OK(ncclCommDestroy(child));
+  }
+  CHECK_OK(ncclCommDestroy(parent));
+}
+
 /* The last rank leaves; the others shrink and sum their inputs. */
 static void checkShrink(ncclComm_t comm) {
   if (gRank == gN - 1) return;
@@ -509,6 +540,7 @@ static int runRank(ncclUniqueId id) {
   checkGatherScatterFamily(comm, 257);
   checkSendRecv(comm, 4099);
   checkSplit(comm, 129);
+  checkSplitOfNonBlocking(comm);
   checkShrink(comm);
   checkErrors(comm);
   checkInitAll();
