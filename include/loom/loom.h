@@ -421,7 +421,10 @@ loomResult_t loomMemFree(void* ptr);
 /// Starts a group: the calls up to the matching loomGroupEnd are issued together.
 loomResult_t loomGroupStart(void);
 
-/// Ends a group and runs its operations (on host buffers, to completion).
+/// Ends a group and runs its operations (on host buffers, to completion). When a call inside
+/// the group was refused (it returned an error), the outermost loomGroupEnd runs none of the
+/// group's calls and returns the first refusal, as NCCL's group does; the communicators stay
+/// usable.
 loomResult_t loomGroupEnd(void);
 
 #ifdef __cplusplus

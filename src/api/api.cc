@@ -3,6 +3,7 @@
 #include "api/api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstddef>
@@ -35,6 +36,12 @@ std::unordered_set<loomComm*>& registry() {
   static std::unordered_set<loomComm*> r;
   return r;
 }
+// Destroyed handles, emptied, whose memory is kept for the life of the process (loomComm).
+std::vector<loomComm*>& retired() {
+  static std::vector<loomComm*> r;
+  return r;
+}
+constexpr std::chrono::microseconds kPinPoll{100};  // destroy's look at the calls in flight
 // Bumped (under the registry's mutex) whenever a handle leaves the registry.
 std::atomic<uint64_t> gRegistryEpoch{0};
 void eraseFromRegistry(loomComm* c) {
@@ -151,13 +158,24 @@ inline InPlace recvInSend(size_t bytes) { return InPlace{true, uintptr_t{0} - by
 // Refuses send and receive ranges that overlap other than in the collective's in-place layout:
 // the collective would read bytes it had already written. The differences are taken whichever
 // range comes first, so no address sum can wrap.
-inline Status checkApart(const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
-                         InPlace inPlace) {
+[[gnu::always_inline]] inline Status checkApart(const void* send, size_t sendBytes,
+                                                const void* recv, size_t recvBytes,
+                                                InPlace inPlace) {
   const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
   const bool overlap =
       s >= r ? s - r < recvBytes && sendBytes > 0 : r - s < sendBytes && recvBytes > 0;
   if (!overlap || (inPlace.has && s - r == inPlace.delta)) return Status::ok();
   return overlapping(send, sendBytes, recv, recvBytes, inPlace);
+}
+
+// checkApart for ranges of one size, in place when equal (all-reduce; a root's broadcast and
+// reduce): the per-call account's few instructions.
+[[gnu::always_inline]] inline Status checkSameApart(const void* send, const void* recv,
+                                                    size_t bytes) {
+  const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const uintptr_t d = s >= r ? s - r : r - s;
+  if (d >= bytes || d == 0) return Status::ok();
+  return overlapping(send, bytes, recv, bytes, sendInRecv(0));
 }
 
 Status checkRank(int r, int n, const char* arg) {
@@ -178,8 +196,8 @@ Status checkRankCount(int n, const char* what) {
 }
 
 // Checks shared by every collective; returns the communicator.
-Result<Comm*> checkCommon(loomComm* h, loomDataType_t dt) {
-  LOOM_ASSIGN(Comm * comm, lookup(h));
+[[gnu::always_inline]] inline Result<PinnedComm> checkCommon(loomComm* h, loomDataType_t dt) {
+  LOOM_ASSIGN(PinnedComm comm, lookup(h));
   LOOM_CHECK(checkType(dt));
   return comm;
 }
@@ -211,6 +229,11 @@ void publish(loomComm* h, std::unique_ptr<Comm> impl) {
 }  // namespace
 
 void setLastError(const std::string& message) { tLastError = message; }
+
+void failInit(loomComm* h, const Status& s) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  h->initError = s;
+}
 
 loomResult_t guardFailed(const char* fn, const Status& s) {
   if (s.code() == loomInProgress && s.message().empty()) return loomInProgress;
@@ -244,31 +267,52 @@ void unregisterComm(loomComm* c) {
   eraseFromRegistry(c);
 }
 
-Result<Comm*> lookup(loomComm* c, const char* argName) {
+Result<PinnedComm> lookup(loomComm* c, const char* argName) {
   LookupCache& cache = tLookup;
   if (c != nullptr && c == cache.handle &&
-      cache.epoch == gRegistryEpoch.load(std::memory_order_acquire))
-    return cache.comm;
+      cache.epoch == gRegistryEpoch.load(std::memory_order_acquire)) {
+    // Pinned, then found not dead (both sequentially consistent, as destroy's store of dead
+    // and its load of pins): either destroy waits for this call, or this call sees it dead.
+    c->pins.fetch_add(1, std::memory_order_seq_cst);
+    if (!c->dead.load(std::memory_order_seq_cst)) return PinnedComm(c, cache.comm);
+    c->pins.fetch_sub(1, std::memory_order_release);
+  }
   std::lock_guard<std::mutex> lock(registryMutex());
-  if (c == nullptr || registry().count(c) == 0)
+  if (c == nullptr || registry().count(c) == 0 || c->dead.load())
     return LOOM_ERROR(loomInvalidArgument,
                       std::string(argName) + ": NULL or destroyed communicator");
   if (!c->impl) {
-    Status e = c->worker ? c->worker->error() : Status::ok();
+    Status e = c->worker ? c->worker->error() : c->initError;
     if (!e.isOk())
       return Status(e.code(), std::string(argName) + ": initialisation failed: " + e.message());
-    return LOOM_ERROR(loomInvalidUsage,
-                      std::string(argName) +
-                          ": still initialising (non-blocking); poll loomCommGetAsyncError "
-                          "until it returns loomSuccess");
+    return LOOM_ERROR(
+        loomInvalidUsage,
+        std::string(argName) + (c->worker
+                                    ? ": still initialising (non-blocking); poll "
+                                      "loomCommGetAsyncError until it returns loomSuccess"
+                                    : ": initialised by its group's loomGroupEnd, not yet called"));
   }
   // A handle's impl, once set, changes only as the handle leaves the registry.
   cache = {c, c->impl.get(), gRegistryEpoch.load(std::memory_order_relaxed)};
-  return c->impl.get();
+  c->pins.fetch_add(1, std::memory_order_seq_cst);  // not dead under the mutex destroy sets it in
+  return PinnedComm(c, c->impl.get());
 }
 
 Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
                 const CommOptions& opts, const loomComm* parent) {
+  if (opts.blocking && parent == nullptr && inGroup()) {
+    auto* h = new loomComm();
+    h->timeoutMs = opts.timeoutMs;
+    registerComm(h);
+    *out = h;
+    deferInit(h, [h, id, nranks, rank, opts]() -> Status {
+      LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts, &h->abortRequested));
+      LOOM_CHECK(calibrate(*impl));
+      publish(h, std::move(impl));
+      return Status::ok();
+    });
+    return Status::ok();
+  }
   if (opts.blocking) {
     LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts,
                                         parent != nullptr ? &parent->abortRequested : nullptr));
@@ -304,7 +348,7 @@ Status asyncError(loomComm* h, loomResult_t* out) {
     *out = loomInProgress;
     return Status::ok();
   }
-  Status e = h->worker ? h->worker->error() : Status::ok();
+  Status e = h->worker ? h->worker->error() : h->initError;
   if (e.isOk() && h->impl) e = h->impl->asyncError();
   if (e.isOk() && h->impl) e = device::asyncError(*h->impl);  // a staged or cuda_ipc failure
   *out = e.code();
@@ -336,9 +380,9 @@ Status waitTicket(loomComm* h, uint64_t ticket, int timeoutMs) {
                         "calls finish before they return)");
     const uint64_t last = h->worker->lastTicket();
     if (ticket == 0 || ticket > last)
-      return LOOM_ERROR(loomInvalidArgument, "ticket: " + str(static_cast<long long>(ticket)) +
+      return LOOM_ERROR(loomInvalidArgument, "ticket: " + std::to_string(ticket) +
                                                  " was not issued on comm (its last is " +
-                                                 str(static_cast<long long>(last)) + ")");
+                                                 std::to_string(last) + ")");
     w = h->worker.get();
     w->enterWait();  // the worker (and so the handle) outlives this wait: destroy waits for it
   }
@@ -444,8 +488,9 @@ Status destroy(loomComm* h, bool abort) {
   Comm* comm = nullptr;
   {
     std::lock_guard<std::mutex> lock(registryMutex());
-    if (h == nullptr || registry().count(h) == 0)
+    if (h == nullptr || registry().count(h) == 0 || h->dead.load())
       return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
+    h->dead.store(true, std::memory_order_seq_cst);  // no call pins it from here on
     if (abort) h->abortRequested.store(true);
     comm = h->impl.get();
   }
@@ -460,13 +505,18 @@ Status destroy(loomComm* h, bool abort) {
     comm = h->impl.get();
     eraseFromRegistry(h);
   }
+  // Wait for the calls that pinned it on other threads to leave: one that had found it live but
+  // not yet started its operation would otherwise run on a freed communicator. An abort ends
+  // their operations; otherwise they end as they would have (each wait has its timeout).
+  while (h->pins.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(kPinPoll);
   if (comm != nullptr) {
     device::release(*comm, abort);  // staged device calls finish (or, on abort, are dropped)
-    // Wait for an operation running on another thread to leave.
-    { std::lock_guard<FutexMutex> lock(comm->opMutex()); }
     comm->dumpTraceIfConfigured(abort ? "abort" : "destroy");
   }
-  delete h;
+  h->worker.reset();
+  h->impl.reset();
+  std::lock_guard<std::mutex> lock(registryMutex());
+  retired().push_back(h);  // its memory stays (see loomComm): a late call finds it dead
   return Status::ok();
 }
 
@@ -475,6 +525,7 @@ Status destroy(loomComm* h, bool abort) {
 using loom::Status;
 using loom::api::Call;
 using loom::api::guard;
+using loom::api::guardCall;
 using loom::api::lookup;
 namespace algo = loom::algo;
 
@@ -493,46 +544,47 @@ Status collective(algo::Coll coll, const void* sendbuff, void* recvbuff, size_t 
   const bool rooted = coll == algo::Coll::Broadcast || coll == algo::Coll::Reduce;
   if (rooted) LOOM_CHECK(checkRank(root, n, "root"));
   const size_t many = static_cast<size_t>(n);
-  // One rank's block in bytes (checkCount below keeps many blocks within size_t), and this
-  // rank's block's offset in a buffer of many.
-  const size_t block = count * loom::kernels::typeSize(dt), all = block * many;
-  const size_t mine = block * static_cast<size_t>(rank);
+  // One rank's block in bytes (checkCount keeps many blocks within size_t), many blocks, and
+  // this rank's block's offset in a buffer of many: computed where a case needs them.
+  const auto block = [&] { return count * loom::kernels::typeSize(dt); };
+  const auto all = [&] { return block() * many; };
+  const auto mine = [&] { return block() * static_cast<size_t>(rank); };
   switch (coll) {
     case algo::Coll::AllReduce:
       LOOM_CHECK(checkCount(count, 1, dt, "count"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      LOOM_CHECK(checkApart(sendbuff, block, recvbuff, block, sendInRecv(0)));
+      LOOM_CHECK(checkSameApart(sendbuff, recvbuff, block()));
       break;
     case algo::Coll::Broadcast:
       LOOM_CHECK(checkCount(count, 1, dt, "count"));
       if (rank == root) LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      if (rank == root) LOOM_CHECK(checkApart(sendbuff, block, recvbuff, block, sendInRecv(0)));
+      if (rank == root) LOOM_CHECK(checkSameApart(sendbuff, recvbuff, block()));
       break;
     case algo::Coll::Reduce:
       LOOM_CHECK(checkCount(count, 1, dt, "count"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       if (rank == root) LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      if (rank == root) LOOM_CHECK(checkApart(sendbuff, block, recvbuff, block, sendInRecv(0)));
+      if (rank == root) LOOM_CHECK(checkSameApart(sendbuff, recvbuff, block()));
       break;
     case algo::Coll::AllGather:
       LOOM_CHECK(checkCount(count, many, dt, "sendcount"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      LOOM_CHECK(checkApart(sendbuff, block, recvbuff, all, sendInRecv(mine)));
+      LOOM_CHECK(checkApart(sendbuff, block(), recvbuff, all(), sendInRecv(mine())));
       break;
     case algo::Coll::ReduceScatter:
       LOOM_CHECK(checkCount(count, many, dt, "recvcount"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      LOOM_CHECK(checkApart(sendbuff, all, recvbuff, block, recvInSend(mine)));
+      LOOM_CHECK(checkApart(sendbuff, all(), recvbuff, block(), recvInSend(mine())));
       break;
     case algo::Coll::AllToAll:
       LOOM_CHECK(checkCount(count, many, dt, "count"));
       LOOM_CHECK(checkBuf(sendbuff, count, "sendbuff"));
       LOOM_CHECK(checkBuf(recvbuff, count, "recvbuff"));
-      LOOM_CHECK(checkApart(sendbuff, all, recvbuff, all, kApart));
+      LOOM_CHECK(checkApart(sendbuff, all(), recvbuff, all(), kApart));
       break;
     case algo::Coll::SendRecv:  // loomSend and loomRecv, checked by their own entry points
       return LOOM_ERROR(loomInternalError, "a group is not a collective call");
@@ -962,7 +1014,7 @@ loomResult_t loomCommGetStragglerSummary(loomComm_t comm, loomStragglerStat_t* s
 loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream) {
-  return guard("loomAllReduce", [&] {
+  return guardCall("loomAllReduce", [&] {
     return collective(algo::Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, comm,
                       stream);
   });
@@ -971,7 +1023,7 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, int root, loomComm_t comm,
                            loomStream_t stream) {
-  return guard("loomBroadcast", [&] {
+  return guardCall("loomBroadcast", [&] {
     return collective(algo::Coll::Broadcast, sendbuff, recvbuff, count, datatype, loomSum, root,
                       comm, stream);
   });
@@ -979,7 +1031,7 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 
 loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
-  return guard("loomReduce", [&] {
+  return guardCall("loomReduce", [&] {
     return collective(algo::Coll::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm,
                       stream);
   });
@@ -987,7 +1039,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loom
 
 loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return guard("loomAllGather", [&] {
+  return guardCall("loomAllGather", [&] {
     return collective(algo::Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, loomSum, -1,
                       comm, stream);
   });
@@ -996,7 +1048,7 @@ loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                                loomStream_t stream) {
-  return guard("loomReduceScatter", [&] {
+  return guardCall("loomReduceScatter", [&] {
     return collective(algo::Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1,
                       comm, stream);
   });
@@ -1004,7 +1056,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 
 loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return guard("loomAllToAll", [&] {
+  return guardCall("loomAllToAll", [&] {
     return collective(algo::Coll::AllToAll, sendbuff, recvbuff, count, datatype, loomSum, -1, comm,
                       stream);
   });
@@ -1013,7 +1065,7 @@ loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
 loomResult_t loomAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
                            void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return guard("loomAllToAllv", [&] {
+  return guardCall("loomAllToAllv", [&] {
     return allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm,
                      stream);
   });
@@ -1021,35 +1073,35 @@ loomResult_t loomAllToAllv(const void* sendbuff, const size_t sendcounts[], cons
 
 loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
-  return guard("loomGather", [&] {
+  return guardCall("loomGather", [&] {
     return rooted(true, sendbuff, recvbuff, sendcount, datatype, root, comm, stream);
   });
 }
 
 loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                          loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
-  return guard("loomScatter", [&] {
+  return guardCall("loomScatter", [&] {
     return rooted(false, sendbuff, recvbuff, recvcount, datatype, root, comm, stream);
   });
 }
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
-  return guard("loomSend", [&] {
+  return guardCall("loomSend", [&] {
     return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm, stream);
   });
 }
 
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
-  return guard("loomRecv", [&] {
+  return guardCall("loomRecv", [&] {
     return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream);
   });
 }
 
 loomResult_t loomSendTagged(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                             int tag, loomComm_t comm, loomStream_t stream) {
-  return guard("loomSendTagged", [&] {
+  return guardCall("loomSendTagged", [&] {
     const Tagged tagged{tag, nullptr};
     return pointToPoint(Call::Send, sendbuff, count, datatype, peer, comm, stream, &tagged);
   });
@@ -1057,14 +1109,14 @@ loomResult_t loomSendTagged(const void* sendbuff, size_t count, loomDataType_t d
 
 loomResult_t loomRecvTagged(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                             int tag, int* source, loomComm_t comm, loomStream_t stream) {
-  return guard("loomRecvTagged", [&] {
+  return guardCall("loomRecvTagged", [&] {
     const Tagged tagged{tag, source};
     return pointToPoint(Call::Recv, recvbuff, count, datatype, peer, comm, stream, &tagged);
   });
 }
 
 loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream) {
-  return guard("loomBarrier", [&]() -> Status {
+  return guardCall("loomBarrier", [&]() -> Status {
     // A one-byte all-reduce over the data connections: when it returns,
     // every rank has entered the barrier.
     static thread_local uint8_t cell[2];

@@ -24,6 +24,14 @@ struct loomComm {
   std::atomic<bool> finalized{false};  // loomCommFinalize: no operation may start after it
   uint32_t shrinks = 0;                // loomCommShrink calls so far: each derives a different id
   int64_t timeoutMs = 0;               // the communicator's timeout (loomCommWaitTicket's default)
+  // Set as loomCommDestroy or loomCommAbort starts, under the registry's mutex: no call pins
+  // the handle after it. pins: the calls in flight that found it live (loom::api::PinnedComm).
+  // A handle's memory is never freed, so that a call that found it live can always pin it (and
+  // find it dead); destroy frees what it holds once no call pins it.
+  std::atomic<bool> dead{false};
+  std::atomic<uint32_t> pins{0};
+  // A blocking initialisation deferred to its group's end failed (under the registry's mutex).
+  loom::Status initError;
 };
 
 namespace loom::api {
@@ -34,6 +42,13 @@ namespace loom::api {
 // call once it captures more than two words).
 loomResult_t guardFailed(const char* fn, const Status& s);
 loomResult_t guardException(const char* fn);  // inside a catch block only
+// guardFailed for a call a group queues (a collective, a send or a receive): inside a group,
+// its failure fails the group too, so that loomGroupEnd runs none of the group's calls and
+// returns the failure, as NCCL's group does (src/api/group.cc).
+loomResult_t callFailed(const char* fn, const Status& s);
+// Fails this thread's open group with s (the first failure is kept); nothing outside a group.
+void failGroup(const Status& s);
+const char* lastError();  // this thread's last error text
 template <typename F>
 loomResult_t guard(const char* fn, F&& f) {
   try {
@@ -43,14 +58,44 @@ loomResult_t guard(const char* fn, F&& f) {
     return guardException(fn);
   }
 }
+// guard for a call a group queues (callFailed).
+template <typename F>
+loomResult_t guardCall(const char* fn, F&& f) {
+  try {
+    const Status s = f();
+    return s.isOk() ? loomSuccess : callFailed(fn, s);
+  } catch (...) {
+    const loomResult_t r = guardException(fn);
+    failGroup(Status(r, lastError()));
+    return r;
+  }
+}
 void setLastError(const std::string& message);
 
 // Registry of live communicators, so a destroyed or bogus handle is an error.
 void registerComm(loomComm* c);
 void unregisterComm(loomComm* c);
+// A live communicator, pinned for as long as this lives: loomCommDestroy and loomCommAbort on
+// another thread wait for the call to leave before they free it. Converts to the Comm*.
+class PinnedComm {
+ public:
+  PinnedComm(loomComm* h, Comm* c) : h_(h), c_(c) {}
+  PinnedComm(PinnedComm&& o) noexcept : h_(o.h_), c_(o.c_) { o.h_ = nullptr; }
+  PinnedComm& operator=(PinnedComm&&) = delete;
+  ~PinnedComm() {
+    if (h_ != nullptr) h_->pins.fetch_sub(1, std::memory_order_release);
+  }
+  operator Comm*() const { return c_; }  // NOLINT: implicit by design (LOOM_ASSIGN(Comm* c, ...))
+
+ private:
+  loomComm* h_;
+  Comm* c_;
+};
+
 // loomInvalidArgument naming `argName` unless c is a live communicator; loomInvalidUsage
 // while a non-blocking communicator still initialises or after its initialisation failed.
-Result<Comm*> lookup(loomComm* c, const char* argName = "comm");
+// The communicator stays pinned while the result (or what it was moved into) lives.
+Result<PinnedComm> lookup(loomComm* c, const char* argName = "comm");
 
 // loomCommLastTicket and loomCommWaitTicket (a wait of -1 adds waitGraceMs, util/wait.h).
 Status lastTicket(loomComm* h, uint64_t* ticket);
@@ -136,6 +181,13 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 // the caller.
 Status submit(Call& call, Comm* comm);
 bool inGroup();
+// Inside a group, a blocking initialisation is deferred to the outermost loomGroupEnd, which
+// runs the group's initialisations at once, one thread each (as NCCL's group lets one thread
+// initialise several ranks' communicators). init makes h's communicator; h was made, registered
+// and returned already.
+void deferInit(loomComm* h, std::function<Status()> init);
+// Marks h's deferred initialisation failed with s.
+void failInit(loomComm* h, const Status& s);
 // Runs the calls that issue() submits as one group, as loomGroupStart, issue, loomGroupEnd
 // would (within an enclosing group they join it). Where issue() fails, the calls it queued
 // are dropped and its status returned.

@@ -11,10 +11,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "algorithms/cost.h"
 #include "api/api.h"
@@ -31,6 +33,8 @@ namespace {
 struct GroupState {
   int depth = 0;
   std::vector<Call> calls;
+  Status failed;  // the first call of the open group that failed: the group runs none
+  std::vector<std::pair<loomComm*, std::function<Status()>>> inits;  // deferInit's
 };
 thread_local GroupState tGroup;
 // Threads whose group is open: while none is, a call need not look at its thread's group (a
@@ -710,6 +714,28 @@ Status runGroup(std::vector<Call> calls) {
 
 namespace {
 
+// Runs a group's deferred initialisations at once, one thread each (they are ranks of one
+// communicator that rendezvous with each other); a failed one is marked on its handle. Returns
+// the first failure.
+Status runInits(std::vector<std::pair<loomComm*, std::function<Status()>>>& inits) {
+  std::vector<Status> results(inits.size());
+  if (inits.size() == 1) {
+    results[0] = inits[0].second();
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < inits.size(); ++i)
+      threads.emplace_back([&, i] { results[i] = inits[i].second(); });
+    for (auto& t : threads) t.join();
+  }
+  Status first;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (results[i].isOk()) continue;
+    failInit(inits[i].first, results[i]);
+    if (first.isOk()) first = results[i];
+  }
+  return first;
+}
+
 // Closes one level of this thread's group; the outermost runs the calls queued in it.
 Status endGroupLevel() {
   auto& g = tGroup;
@@ -717,11 +743,43 @@ Status endGroupLevel() {
   if (g.depth > 0) return Status::ok();
   std::vector<Call> calls;
   calls.swap(g.calls);
+  auto inits = std::move(g.inits);
+  g.inits.clear();
+  if (!inits.empty()) {
+    if (!g.failed.isOk()) {
+      for (auto& [h, init] : inits)
+        failInit(h, Status(g.failed.code(),
+                           "not initialised: a call in its group failed: " + g.failed.message()));
+    } else {
+      LOOM_CHECK(runInits(inits));
+    }
+  }
+  if (!g.failed.isOk()) {
+    Status f = std::move(g.failed);
+    g.failed = Status::ok();
+    return Status(f.code(), "a call in the group failed, so none of its " +
+                                std::to_string(calls.size()) + " queued calls ran: " + f.message());
+  }
   if (calls.empty()) return Status::ok();
   return runGroup(std::move(calls));
 }
 
 }  // namespace
+
+void deferInit(loomComm* h, std::function<Status()> init) {
+  tGroup.inits.emplace_back(h, std::move(init));
+}
+
+void failGroup(const Status& s) {
+  auto& g = tGroup;
+  if (g.depth > 0 && g.failed.isOk()) g.failed = s;
+}
+
+loomResult_t callFailed(const char* fn, const Status& s) {
+  if (gThreadsInGroups.load(std::memory_order_relaxed) != 0 && s.code() != loomInProgress)
+    failGroup(Status(s).prefix(std::string(fn) + ": "));
+  return guardFailed(fn, s);
+}
 
 Status runAsGroup(const std::function<Status()>& issue) {
   auto& g = tGroup;

@@ -344,16 +344,21 @@ Result<const algo::Schedule*> groupSchedule(Comm& comm, const std::vector<GroupO
   std::vector<size_t> selfSends, selfRecvs;
   for (const GroupOp& o : ops)
     if (o.peer == comm.rank()) (o.isSend ? selfSends : selfRecvs).push_back(o.bytes);
-  // A rank's sends to itself are its receives from itself.
+  // A rank's sends to itself are its receives from itself. Found before anything moves, so an
+  // argument error (the communicator stays usable), naming the peer argument.
   if (selfSends.size() != selfRecvs.size())
-    return LOOM_ERROR(loomInvalidUsage,
-                      comm.describe() + ": group has " + std::to_string(selfSends.size()) +
-                          " sends to itself but " + std::to_string(selfRecvs.size()) + " receives");
+    return LOOM_ERROR(loomInvalidArgument, "peer: " + comm.describe() + ": the group sends " +
+                                               std::to_string(selfSends.size()) +
+                                               " message(s) to this rank itself but " +
+                                               "receives " + std::to_string(selfRecvs.size()) +
+                                               " from it");
   for (size_t i = 0; i < selfSends.size(); ++i)
     if (selfSends[i] != selfRecvs[i])
-      return LOOM_ERROR(loomInvalidUsage, comm.describe() +
-                                              ": send to self and receive from self differ in "
-                                              "size (count * type size)");
+      return LOOM_ERROR(loomInvalidArgument,
+                        "peer: " + comm.describe() + ": send " + std::to_string(i + 1) +
+                            " to this rank itself has " + std::to_string(selfSends[i]) +
+                            " bytes, its receive from itself " + std::to_string(selfRecvs[i]) +
+                            " (count * type size)");
   last.valid = false;
   last.schedule = algo::buildGroup(comm.rank(), comm.nranks(), bufs);
   last.shape = bufs;

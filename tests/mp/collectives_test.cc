@@ -174,14 +174,28 @@ bool report(bool ok, const char* what) {
   return ok;
 }
 
-// loomCommInitAll: four ranks as threads of one process; every group issues
-// one operation per communicator from this one thread.
-int initAllRank(RankContext&) {
+// loomCommInitAll (or, grouped, one thread's loomCommInitRank per rank inside a group, as NCCL
+// programs initialise one process's GPUs): four ranks in one process; every group issues one
+// operation per communicator from this one thread.
+int initAllRank(bool grouped) {
   constexpr int kN = 4;
   constexpr size_t kCount = 1023;
   loomComm_t comms[kN] = {};
-  CHECK_LOOM(loomCommInitAll(comms, kN, nullptr));
   int failures = 0;
+  if (grouped) {
+    loomUniqueId id;
+    CHECK_LOOM(loomGetUniqueId(&id));
+    CHECK_LOOM(loomGroupStart());
+    for (int i = 0; i < kN; ++i) CHECK_LOOM(loomCommInitRank(&comms[i], kN, id, i));
+    // Not initialised before the group ends: a call on it is refused, naming why.
+    int n = 0;
+    if (loomCommCount(comms[0], &n) != loomInvalidUsage ||
+        strstr(loomGetLastError(nullptr), "loomGroupEnd") == nullptr)
+      failures += !report(false, "a call before loomGroupEnd was not refused");
+    CHECK_LOOM(loomGroupEnd());
+  } else {
+    CHECK_LOOM(loomCommInitAll(comms, kN, nullptr));
+  }
   for (int i = 0; i < kN; ++i) {
     int count = -1, rank = -1;
     CHECK_LOOM(loomCommCount(comms[i], &count));
@@ -249,15 +263,22 @@ int initAllRank(RankContext&) {
   return failures == 0 ? 0 : 1;
 }
 
-TEST(CollectivesMisc, InitAllGroupFromOneThread) {
+// grouped: a blocking loomCommInitRank inside a group used to rendezvous at once, so that one
+// thread's ranks waited for each other until the timeout.
+void launchInitAll(bool grouped) {
   LaunchOptions opts;
   opts.nranks = 1;
   opts.initComm = false;
   opts.setCommId = false;
+  opts.timeoutMs = 10000;
   opts.deadlineMs = 60000;
-  LaunchResult res = launch(opts, initAllRank);
+  LaunchResult res = launch(opts, [grouped](RankContext&) { return initAllRank(grouped); });
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
+
+TEST(CollectivesMisc, InitAllGroupFromOneThread) { launchInitAll(false); }
+
+TEST(CollectivesMisc, InitRanksInAGroupFromOneThread) { launchInitAll(true); }
 
 // loomCommInitAll with a device list on a loaded graph (LOOM_TOPO_FILE: AWS p4d without NVLink
 // information, GPUs 0-3 on socket 0 and 4-7 on socket 1). The ranks hold the two sockets' GPUs

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <climits>
 #include <cstdint>
@@ -236,6 +237,79 @@ TEST_P(AbortWhileMaking, EndsItAtOnce) {
 INSTANTIATE_TEST_SUITE_P(Calls, AbortWhileMaking, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? "shrink" : "split";
+                         });
+
+// loomCommAbort on one thread at a random moment while another thread calls in a loop: the
+// calls that found the communicator live finish (or fail) before it is freed, and the later ones
+// fail naming comm. A call that had looked the communicator up but not yet started its
+// operation used to run on freed memory (a crash; under ASan a use after free), and a
+// non-blocking one could hang on the freed worker's mutex.
+int abortRacingCalls(RankContext& ctx, bool blocking) {
+  int failures = 0;
+  unsigned seed = 12345u + static_cast<unsigned>(blocking);
+  for (int it = 0; it < 150 && failures == 0; ++it) {
+    loomComm_t comm = nullptr;
+    loomResult_t r = loomSuccess;
+    if (blocking) {
+      r = loomCommInitAll(&comm, 1, nullptr);
+    } else {
+      loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      loomUniqueId id;
+      r = loomGetUniqueId(&id);
+      if (r == loomSuccess) r = loomCommInitRankConfig(&comm, 1, id, 0, &cfg);
+      if (r == loomInProgress) r = loomCommWaitTicket(comm, 1, -1);
+    }
+    if (r != loomSuccess) {
+      fprintf(stderr, "rank %d: init: %s\n", ctx.rank, loomGetLastError(nullptr));
+      return 1;
+    }
+    std::atomic<bool> stop{false};
+    std::thread caller([&] {
+      float x[64], y[64];
+      for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i);
+      while (!stop.load()) {
+        loomResult_t c = loomAllReduce(x, y, 64, loomFloat32, loomSum, comm, nullptr);
+        if (c == loomInProgress) {
+          uint64_t t = 0;
+          c = loomCommLastTicket(comm, &t);
+          if (c == loomSuccess) c = loomCommWaitTicket(comm, t, -1);
+        }
+        if (c == loomSuccess && y[63] != 63.0f) {
+          fprintf(stderr, "iteration %d: wrong sum %g\n", it, y[63]);
+          ++failures;
+        }
+        if (c == loomInvalidArgument) break;  // destroyed: every later call says so too
+      }
+    });
+    usleep(static_cast<useconds_t>(rand_r(&seed) % 2000));
+    if (loomCommAbort(comm) != loomSuccess) {
+      fprintf(stderr, "iteration %d: abort: %s\n", it, loomGetLastError(nullptr));
+      ++failures;
+    }
+    stop.store(true);
+    caller.join();
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+class AbortRace : public ::testing::TestWithParam<bool> {};  // true: blocking
+
+TEST_P(AbortRace, CallsNeverUseAFreedCommunicator) {
+  LaunchOptions opts;
+  opts.nranks = 1;
+  opts.initComm = false;
+  opts.timeoutMs = 5000;
+  opts.deadlineMs = 120000;
+  const bool blocking = GetParam();
+  LaunchResult res =
+      launch(opts, [blocking](RankContext& ctx) { return abortRacingCalls(ctx, blocking); });
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AbortRace, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "blocking" : "nonblocking";
                          });
 
 // A config given to loomCommSplit or loomCommShrink sets only the fields it defines: the rest
@@ -766,6 +840,74 @@ int badInitArgs(RankContext& ctx) {
   }
   if (comm != nullptr && loomCommDestroy(comm) != loomSuccess) ++c.failures;
   return c.failures == 0 ? 0 : 1;
+}
+
+// A call refused inside a group fails the group: loomGroupEnd runs none of its calls and
+// returns the refusal (naming the argument), as NCCL's group does; the communicator then works,
+// and the ranks stay in step. The group's other calls used to run, paired across ranks with
+// calls the peer had meant for another buffer (wrong sums, with success).
+int badCallInGroup(RankContext& ctx) {
+  loomComm_t comm = ctx.comm;
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    fprintf(stderr, "rank %d: %s\n", ctx.rank, what.c_str());
+    ++failures;
+  };
+  float a[4] = {1, 1, 1, 1}, b[4] = {-1, -1, -1, -1}, x[4] = {2, 2, 2, 2}, y[4] = {-1, -1, -1, -1};
+  // Nested two deep, the bad call inside: the inner end succeeds, the outer one fails.
+  if (loomGroupStart() != loomSuccess || loomGroupStart() != loomSuccess) fail("group start");
+  if (loomAllReduce(x, y, 4, loomFloat32, loomSum, comm, nullptr) != loomSuccess) fail("queue x");
+  if (loomAllReduce(a, b, 4, loomFloat32, static_cast<loomRedOp_t>(77), comm, nullptr) !=
+      loomInvalidArgument)
+    fail("bad op was not refused");
+  if (loomGroupEnd() != loomSuccess) fail("inner group end");
+  const loomResult_t r = loomGroupEnd();
+  const std::string msg = loomGetLastError(comm);
+  if (r != loomInvalidArgument ||
+      msg.find("op: unknown reduction operation 77") == std::string::npos ||
+      msg.find("none of its") == std::string::npos)
+    fail("group end: " + std::string(loomGetErrorString(r)) + ": " + msg);
+  if (y[0] != -1 || b[0] != -1) fail("a call of the failed group ran");
+  // A send to this rank itself with no receive from itself, in a group and alone, and sizes
+  // that differ: refused before anything moves, naming peer (they used to fail the
+  // communicator, on every rank).
+  const int me = ctx.rank;
+  if (loomGroupStart() != loomSuccess) fail("group start");
+  (void)loomSend(a, 4, loomFloat32, me, comm, nullptr);
+  const loomResult_t self = loomGroupEnd();
+  if (self != loomInvalidArgument || !namesWord(loomGetLastError(comm), "peer"))
+    fail("self send in a group: " + std::string(loomGetLastError(comm)));
+  const loomResult_t alone = loomSend(a, 4, loomFloat32, me, comm, nullptr);
+  if (alone != loomInvalidArgument || !namesWord(loomGetLastError(comm), "peer"))
+    fail("self send alone: " + std::string(loomGetLastError(comm)));
+  if (loomGroupStart() != loomSuccess) fail("group start");
+  (void)loomSend(a, 4, loomFloat32, me, comm, nullptr);
+  (void)loomRecv(b, 3, loomFloat32, me, comm, nullptr);
+  const loomResult_t sizes = loomGroupEnd();
+  const std::string sizesMsg = loomGetLastError(comm);
+  if (sizes != loomInvalidArgument || sizesMsg.find("16 bytes") == std::string::npos ||
+      sizesMsg.find("12") == std::string::npos)
+    fail("self send and receive of different sizes: " + sizesMsg);
+  // The communicator works, and the ranks are in step: an all-reduce of every rank's rank + 1.
+  float v = static_cast<float>(ctx.rank + 1), sum = 0;
+  if (loomAllReduce(&v, &sum, 1, loomFloat32, loomSum, comm, nullptr) != loomSuccess ||
+      sum != static_cast<float>(ctx.nranks * (ctx.nranks + 1) / 2))
+    fail("all-reduce after the failed group: " + std::to_string(sum));
+  // The next group runs.
+  if (loomGroupStart() != loomSuccess ||
+      loomAllReduce(x, y, 4, loomFloat32, loomSum, comm, nullptr) != loomSuccess ||
+      loomGroupEnd() != loomSuccess || y[3] != 2.0f * ctx.nranks)
+    fail("the next group: y[3] = " + std::to_string(y[3]));
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(BadArguments, ACallRefusedInAGroupFailsTheGroup) {
+  LaunchOptions opts;
+  opts.nranks = 2;
+  opts.timeoutMs = 10000;
+  opts.deadlineMs = 60000;
+  LaunchResult res = launch(opts, badCallInGroup);
+  EXPECT_TRUE(res.allPassed()) << res.report(true);
 }
 
 TEST(BadArguments, CollectivesAndQueries) {
