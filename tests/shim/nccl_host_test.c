@@ -502,10 +502,20 @@ static void checkShrink(ncclComm_t comm) {
   CHECK_OK(ncclCommDestroy(small));
 }
 
-/* One process, two ranks, one thread: ncclCommInitAll and a grouped all-reduce. */
-static void checkInitAll(void) {
+/* One process, two ranks, one thread: ncclCommInitAll (or, grouped, ncclCommInitRank for each
+ * rank between ncclGroupStart and ncclGroupEnd, as NCCL's guide has one thread initialise
+ * several devices) and a grouped all-reduce. */
+static void checkInitAll(int grouped) {
   ncclComm_t comms[2];
-  CHECK_OK(ncclCommInitAll(comms, 2, NULL));
+  if (grouped) {
+    ncclUniqueId id;
+    CHECK_OK(ncclGetUniqueId(&id));
+    CHECK_OK(ncclGroupStart());
+    for (int i = 0; i < 2; i++) CHECK_OK(ncclCommInitRank(&comms[i], 2, id, i));
+    CHECK_OK(ncclGroupEnd());
+  } else {
+    CHECK_OK(ncclCommInitAll(comms, 2, NULL));
+  }
   int32_t in[2][3] = {{1, 2, 3}, {10, 20, 30}}, out[2][3];
   CHECK_OK(ncclGroupStart());
   for (int i = 0; i < 2; i++)
@@ -543,7 +553,8 @@ static int runRank(ncclUniqueId id) {
   checkSplitOfNonBlocking(comm);
   checkShrink(comm);
   checkErrors(comm);
-  checkInitAll();
+  checkInitAll(0);
+  checkInitAll(1);
   /* A large all-reduce: many transport slots, pipelined. */
   {
     size_t count = 1 << 18;
