@@ -682,8 +682,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type,
   try {
     issue();
   } catch (...) {
-    // Loom refused one of this operation's calls after others were queued (a group's calls
-    // up to the refused one run): the tensors stay held until they have.
+    // Loom refused one of this operation's calls. In a coalesced block the block's group then
+    // runs none of its calls (endCoalescing fails every operation of the block); an operation
+    // of several calls outside a group may have queued the calls before the refused one: the
+    // tensors stay held until they have run.
     if (coalescing_) {
       coalesced_.push_back(w);
       try {
@@ -730,7 +732,14 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
   coalescing_ = false;
   std::vector<c10::intrusive_ptr<LoomWork>> works;
   works.swap(coalesced_);
-  check(loomGroupEnd(), "loomGroupEnd");
+  const loomResult_t ended = loomGroupEnd();
+  if (ended != loomSuccess && ended != loomInProgress) {
+    // A call of the block was refused, so Loom ran none of the block's calls: each operation
+    // fails with that refusal (none is left waiting for a ticket it will never get).
+    const std::string why = loomGetLastError(nullptr);
+    for (auto& w : works) (void)w->complete(ended, why);
+    fail("loomGroupEnd: " + why);
+  }
   const uint64_t ticket = queuedTicket();
   const uint64_t seq = ++seq_;
   std::vector<at::Tensor> outputs;

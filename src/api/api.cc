@@ -306,6 +306,12 @@ Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
     registerComm(h);
     *out = h;
     deferInit(h, [h, id, nranks, rank, opts]() -> Status {
+      // Pinned while it runs, so that a destroy (which raises the abort flag it honours)
+      // waits for it, and frees what it published.
+      h->pins.fetch_add(1, std::memory_order_seq_cst);
+      PinnedComm pin(h, nullptr);
+      if (h->dead.load(std::memory_order_seq_cst))
+        return LOOM_ERROR(loomInvalidUsage, "comm: destroyed before its group ended");
       LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts, &h->abortRequested));
       LOOM_CHECK(calibrate(*impl));
       publish(h, std::move(impl));
@@ -345,6 +351,10 @@ Status asyncError(loomComm* h, loomResult_t* out) {
     return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
   if (out == nullptr) return LOOM_ERROR(loomInvalidArgument, "asyncError: NULL");
   if (h->worker && h->worker->busy()) {
+    *out = loomInProgress;
+    return Status::ok();
+  }
+  if (!h->worker && !h->impl && h->initError.isOk()) {  // initialised at its group's end
     *out = loomInProgress;
     return Status::ok();
   }
@@ -507,8 +517,14 @@ Status destroy(loomComm* h, bool abort) {
   }
   // Wait for the calls that pinned it on other threads to leave: one that had found it live but
   // not yet started its operation would otherwise run on a freed communicator. An abort ends
-  // their operations; otherwise they end as they would have (each wait has its timeout).
+  // their operations (a device transport's kernels too); otherwise they end as they would have
+  // (each wait has its timeout).
+  if (abort && comm != nullptr) device::abortTransfers(*comm);
   while (h->pins.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(kPinPoll);
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    comm = h->impl.get();  // a deferred initialisation may have published it meanwhile
+  }
   if (comm != nullptr) {
     device::release(*comm, abort);  // staged device calls finish (or, on abort, are dropped)
     comm->dumpTraceIfConfigured(abort ? "abort" : "destroy");

@@ -376,6 +376,12 @@ Status asyncError(Comm& comm) {
   return ipcError(comm, *st);
 }
 
+void abortTransfers(Comm& comm) {
+  std::lock_guard<std::mutex> lock(gStatesMutex);
+  auto it = states().find(&comm);
+  if (it != states().end() && it->second->ipc) it->second->ipc->abort();
+}
+
 void release(Comm& comm, bool abort) {
   std::unique_ptr<DeviceState> st;
   {

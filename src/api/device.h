@@ -38,6 +38,9 @@ Status asyncError(Comm& comm);
 // Before the communicator is freed: with abort, makes waiting kernels return; then waits for
 // the communicator's queued device work and frees its device resources.
 void release(Comm& comm, bool abort);
+// An abort's first step, before it waits for the calls in flight: makes the communicator's
+// waiting device kernels return (release, with abort, does it again).
+void abortTransfers(Comm& comm);
 #else
 inline int currentDevice() { return -1; }
 inline bool involvesDevice(const api::Call&, int) { return false; }
@@ -47,6 +50,7 @@ inline Status enqueue(Comm&, api::CallList) {
 inline Status drain(Comm&) { return Status::ok(); }
 inline Status asyncError(Comm&) { return Status::ok(); }
 inline void release(Comm&, bool) {}
+inline void abortTransfers(Comm&) {}
 #endif
 
 }  // namespace loom::device

@@ -654,6 +654,10 @@ Status runOne(Comm& comm, const Call& c) {
 
 }  // namespace
 
+namespace {
+Status checkSelfPairs(const Comm& comm, CallList calls);
+}  // namespace
+
 Status submit(Call& call, Comm* comm) {
   LOOM_CHECK(checkNotFinalized(call.comm));
   call.tag = comm->takeNextTag();
@@ -666,12 +670,36 @@ Status submit(Call& call, Comm* comm) {
     tGroup.calls.push_back(call);
     return Status::ok();
   }
+  if (call.kind != Call::Collective) LOOM_CHECK(checkSelfPairs(*comm, CallList(call)));
   if (call.comm->worker) return post(call.comm, comm, std::vector<Call>{call});
   if (call.kind == Call::Collective) return runOne(*comm, call);
   return runCalls(*comm, CallList(call));
 }
 
 namespace {
+
+// A rank's untagged sends to itself are its receives from itself, in order: their number and
+// sizes must match. Checked for every communicator of a group before any of its calls runs, so
+// the refusal is an argument error that leaves the communicators as they were.
+Status checkSelfPairs(const Comm& comm, CallList calls) {
+  std::vector<size_t> sends, recvs;
+  for (const Call& c : calls)
+    if ((c.kind == Call::Send || c.kind == Call::Recv) && !c.message && c.root == comm.rank())
+      (c.kind == Call::Send ? sends : recvs).push_back(c.count * kernels::typeSize(c.dtype));
+  if (sends.size() != recvs.size())
+    return LOOM_ERROR(loomInvalidArgument,
+                      "peer: " + comm.describe() + ": the group sends " +
+                          std::to_string(sends.size()) + " message(s) to this rank itself but " +
+                          "receives " + std::to_string(recvs.size()) + " from it");
+  for (size_t i = 0; i < sends.size(); ++i)
+    if (sends[i] != recvs[i])
+      return LOOM_ERROR(loomInvalidArgument,
+                        "peer: " + comm.describe() + ": send " + std::to_string(i + 1) +
+                            " to this rank itself has " + std::to_string(sends[i]) +
+                            " bytes, its receive from itself " + std::to_string(recvs[i]) +
+                            " (count * type size)");
+  return Status::ok();
+}
 
 Status runGroup(std::vector<Call> calls) {
   std::vector<loomComm*> order;
@@ -681,11 +709,15 @@ Status runGroup(std::vector<Call> calls) {
     byComm[c.comm].push_back(c);
   }
   std::vector<Comm*> comms;
+  std::vector<PinnedComm> pins;  // held to the end: the calls run on these communicators
+  pins.reserve(order.size());
   bool posted = false;
   for (loomComm* h : order) {
-    LOOM_ASSIGN(Comm * c, lookup(h));
+    LOOM_ASSIGN(PinnedComm c, lookup(h));
     LOOM_CHECK(checkNotFinalized(h));  // finalized while the group was open
+    LOOM_CHECK(checkSelfPairs(*c, byComm[h]));
     comms.push_back(c);
+    pins.push_back(std::move(c));
   }
   // Non-blocking communicators take their share to their workers; the rest run here.
   for (size_t i = comms.size(); i-- > 0;) {
@@ -719,12 +751,26 @@ namespace {
 // the first failure.
 Status runInits(std::vector<std::pair<loomComm*, std::function<Status()>>>& inits) {
   std::vector<Status> results(inits.size());
+  auto run = [&](size_t i) {
+    try {
+      results[i] = inits[i].second();
+    } catch (const std::exception& e) {
+      results[i] = LOOM_ERROR(loomInternalError, std::string("initialisation: ") + e.what());
+    } catch (...) {
+      results[i] = LOOM_ERROR(loomInternalError, "initialisation: unknown exception");
+    }
+  };
   if (inits.size() == 1) {
-    results[0] = inits[0].second();
+    run(0);
   } else {
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < inits.size(); ++i)
-      threads.emplace_back([&, i] { results[i] = inits[i].second(); });
+    for (size_t i = 0; i < inits.size(); ++i) {
+      try {
+        threads.emplace_back(run, i);
+      } catch (const std::exception& e) {  // the started ones time out waiting for this one
+        results[i] = LOOM_ERROR(loomSystemError, std::string("initialisation thread: ") + e.what());
+      }
+    }
     for (auto& t : threads) t.join();
   }
   Status first;

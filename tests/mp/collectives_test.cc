@@ -260,6 +260,18 @@ int initAllRank(bool grouped) {
   for (std::thread& t : threads) t.join();
   failures += threadFailures.load();
   for (int i = 0; i < kN; ++i) CHECK_LOOM(loomCommDestroy(comms[i]));
+  if (grouped) {
+    // Destroyed before its group ends: the group's end makes nothing and says so.
+    loomUniqueId id;
+    loomComm_t lone = nullptr;
+    CHECK_LOOM(loomGetUniqueId(&id));
+    CHECK_LOOM(loomGroupStart());
+    CHECK_LOOM(loomCommInitRank(&lone, 1, id, 0));
+    CHECK_LOOM(loomCommDestroy(lone));
+    if (loomGroupEnd() != loomInvalidUsage ||
+        strstr(loomGetLastError(nullptr), "destroyed before its group ended") == nullptr)
+      failures += !report(false, "a communicator destroyed before its group's end");
+  }
   return failures == 0 ? 0 : 1;
 }
 
