@@ -28,9 +28,11 @@ esac
 jobs="${LOOM_SANITIZE_JOBS:-$(nproc)}"
 start=$(date +%s)
 mkdir -p "$dir"
-# -O1 -g1: sanitizer builds are about finding faults, and this keeps CI's build short.
+# -Og -g1: sanitizer builds are about finding faults, and this keeps CI's build short. Against
+# -O1 on 2 cores: the build took 211 s, not 362 s (the SIMD kernels 47 s, not 72 s), and the
+# tests 153 s, not 131 s.
 cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE="$kind" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-Og -g1" \
   -DLOOM_BUILD_BENCH=OFF -DLOOM_CUDA=OFF >"$dir/sanitize-configure.log" 2>&1 || { tail -20 "$dir/sanitize-configure.log" >&2; exit 2; }
 whole=0
 [ "${1:-}" = --whole ] && { whole=1; shift; }
