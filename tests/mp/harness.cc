@@ -471,11 +471,23 @@ struct CaseList {
 
 }  // namespace
 
+SuiteLevel suiteLevelFromEnv(SuiteLevel dflt) {
+  const char* v = getenv("LOOM_MP_SUITE");
+  if (v == nullptr || *v == '\0') return dflt;
+  if (strcmp(v, "transport") == 0) return SuiteLevel::kTransport;
+  if (strcmp(v, "compact") == 0) return SuiteLevel::kCompact;
+  if (strcmp(v, "full") == 0) return SuiteLevel::kFull;
+  fprintf(stderr, "LOOM_MP_SUITE=%s: not full, transport or compact; running the full list\n", v);
+  return SuiteLevel::kFull;
+}
+
 std::vector<Case> buildCases(int n, SuiteLevel level) {
   CaseList l;
   const bool full = level == SuiteLevel::kFull;
-  const bool big = n <= 4;  // 2^20+3 for every collective; on 8 ranks only a few
-  int k = 0;                // rotates roots and in-place where not every combination runs
+  // 2^20+3 elements: every collective (kTransport's one each), every kind of reduction (kFull);
+  // on 8 ranks only a few
+  const bool big = n <= 4 && (full || level == SuiteLevel::kTransport);
+  int k = 0;  // rotates roots and in-place where not every combination runs
   for (loomDataType_t t : kAllTypes)
     for (int op = 0; op <= kPreMulSum; ++op)
       for (size_t count : kSmallCounts) {
@@ -518,7 +530,7 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
   }
   l.add(Coll::kAllReduce, loomFloat32, loomSum, kLargeCount, false);
   if (full) l.add(Coll::kAllReduce, loomFloat16, loomSum, kLargeCount, true);
-  if (full && big) {
+  if (big && full) {
     l.add(Coll::kAllReduce, loomInt8, loomSum, kLargeCount, false, 0, Pattern::kWrap);
     l.add(Coll::kAllReduce, loomBfloat16, loomAvg, kLargeCount, true);
     l.add(Coll::kAllReduce, loomFloat8e4m3, kPreMulSum, kLargeCount, false);
@@ -547,7 +559,7 @@ std::vector<Case> buildCases(int n, SuiteLevel level) {
         }
       }
   l.add(Coll::kAllGather, loomUint8, 0, kLargeCount, false);
-  if (full && big) {
+  if (big) {
     l.add(Coll::kBroadcast, loomFloat32, 0, kLargeCount, true, n - 1);
     l.add(Coll::kReduce, loomFloat32, loomSum, kLargeCount, false, n - 1);
     l.add(Coll::kAllGather, loomFloat32, 0, kLargeCount, true);

@@ -168,7 +168,13 @@ struct Case {
   std::string name() const;
 };
 
-enum class SuiteLevel { kFull, kCompact };
+// kFull: every type, op, count and layout. kCompact: a sample of them. kTransport: the sample,
+// and every collective at the large count, which is what a transport's own paths (chunks,
+// pipelining, registration) depend on; the reduction kernels are the same over every transport.
+enum class SuiteLevel { kFull, kCompact, kTransport };
+// LOOM_MP_SUITE=transport or compact (for runs where the full list costs too much, such as
+// tests/rdma's emulated machine), else dflt.
+SuiteLevel suiteLevelFromEnv(SuiteLevel dflt);
 
 // The same list on every rank for a given nranks and level.
 std::vector<Case> buildCases(int nranks, SuiteLevel level);
