@@ -88,18 +88,10 @@ bool hasField(const ncclConfig_t* config, size_t offset, size_t size) {
   return config->size >= offset + size;
 }
 
-// NCCL's variables that have a Loom equivalent, applied before Loom reads its
-// own (Loom's, when set, win). Runs when the shim is loaded.
-__attribute__((constructor)) void mirrorNcclEnvironment() {
-  static const char* const kPairs[][2] = {{"NCCL_COMM_ID", "LOOM_COMM_ID"},
-                                          {"NCCL_DEBUG_SUBSYS", "LOOM_DEBUG_SUBSYS"},
-                                          {"NCCL_DEBUG_FILE", "LOOM_DEBUG_FILE"}};
-  for (const auto& p : kPairs)
-    if (const char* v = getenv(p[0])) setenv(p[1], v, 0);
-  // NCCL_DEBUG takes VERSION as well; Loom knows WARN, INFO and TRACE.
-  if (const char* v = getenv("NCCL_DEBUG"))
-    if (!strcmp(v, "WARN") || !strcmp(v, "INFO") || !strcmp(v, "TRACE")) setenv("LOOM_DEBUG", v, 0);
-}
+// NCCL's variables where Loom's are unset (NCCL_SOCKET_IFNAME for LOOM_SOCKET_IFNAME, ...),
+// read when Loom first needs each, so that a program's setenv before its first call counts;
+// nothing is written into the environment that child processes inherit.
+__attribute__((constructor)) void mirrorNcclEnvironment() { loomUseNcclEnvironment(); }
 
 }  // namespace
 
@@ -109,6 +101,8 @@ thread_local const char* tEntryPoint = nullptr;
 
 ncclResult_t fromLoom(loomResult_t r) {
   if (r == loomSuccess) return ncclSuccess;
+  // Not a failure: the last error (an earlier call's) is not this call's.
+  if (r == loomInProgress) return ncclInProgress;
   const std::string text = loomGetLastError(nullptr);
   std::string msg;
   size_t i = 0;

@@ -121,6 +121,13 @@ typedef struct {
 /// Colour that leaves a rank out of every communicator made by loomCommSplit.
 #define LOOM_SPLIT_NOCOLOR (-1)
 
+/// From this call on, each of Loom's variables that is unset takes the value of the NCCL
+/// variable it mirrors where that has the same values (NCCL_SOCKET_IFNAME, NCCL_COMM_ID,
+/// NCCL_DEBUG and others: README.md's table of variables names them). A variable is read when
+/// Loom first needs it, so call this first. For programs ported from NCCL; the NCCL shim
+/// (libnccl.so.2) calls it as it loads.
+loomResult_t loomUseNcclEnvironment(void);
+
 /// @param version receives LOOM_VERSION_CODE.
 /// @return loomSuccess, or loomInvalidArgument when version is NULL.
 loomResult_t loomGetVersion(int* version);
@@ -424,7 +431,11 @@ loomResult_t loomGroupStart(void);
 /// Ends a group and runs its operations (on host buffers, to completion). When a call inside
 /// the group was refused (it returned an error), the outermost loomGroupEnd runs none of the
 /// group's calls and returns the first refusal, as NCCL's group does; the communicators stay
-/// usable.
+/// usable. Blocking communicators that loomCommInitRank(Config), loomCommSplit or
+/// loomCommShrink made inside the group are created here, all at once, before its operations
+/// (so one thread can create or split several ranks' communicators, as with NCCL): their
+/// handles, returned by those calls, can be used once it returns; it returns the first failed
+/// creation, whose handle then refuses every call but destroy.
 loomResult_t loomGroupEnd(void);
 
 #ifdef __cplusplus

@@ -20,6 +20,7 @@
 #include "api/device.h"
 #include "bootstrap/unique_id.h"
 #include "mem/mem.h"
+#include "util/env.h"
 #include "util/log.h"
 #include "util/wait.h"
 
@@ -231,6 +232,7 @@ void publish(loomComm* h, std::unique_ptr<Comm> impl) {
 void setLastError(const std::string& message) { tLastError = message; }
 
 void failInit(loomComm* h, const Status& s) {
+  if (h == nullptr) return;
   std::lock_guard<std::mutex> lock(registryMutex());
   h->initError = s;
 }
@@ -298,27 +300,53 @@ Result<PinnedComm> lookup(loomComm* c, const char* argName) {
   return PinnedComm(c, c->impl.get());
 }
 
-Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
-                const CommOptions& opts, const loomComm* parent) {
-  if (opts.blocking && parent == nullptr && inGroup()) {
-    auto* h = new loomComm();
+namespace {
+
+// What a deferred creation makes its communicator from (nranks 0: this rank gets none).
+struct Creation {
+  loomUniqueId id{};
+  int nranks = 0;
+  int rank = 0;
+};
+
+// Inside a group, a blocking creation (an initialisation, a split, a shrink) is deferred to the
+// outermost loomGroupEnd, as NCCL's group defers them: *out gets a handle at once (NULL when
+// `out` is NULL: a split's rank without a colour, which still takes part), and at the group's
+// end plan() says what to create, on a thread of its own beside the group's other creations.
+Status deferCreation(loomComm_t* out, const CommOptions& opts,
+                     std::function<Result<Creation>()> plan) {
+  loomComm* h = nullptr;
+  if (out != nullptr) {
+    h = new loomComm();
     h->timeoutMs = opts.timeoutMs;
     registerComm(h);
     *out = h;
-    deferInit(h, [h, id, nranks, rank, opts]() -> Status {
-      // Pinned while it runs, so that a destroy (which raises the abort flag it honours)
-      // waits for it, and frees what it published.
-      h->pins.fetch_add(1, std::memory_order_seq_cst);
-      PinnedComm pin(h, nullptr);
-      if (h->dead.load(std::memory_order_seq_cst))
-        return LOOM_ERROR(loomInvalidUsage, "comm: destroyed before its group ended");
-      LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts, &h->abortRequested));
-      LOOM_CHECK(calibrate(*impl));
-      publish(h, std::move(impl));
-      return Status::ok();
-    });
-    return Status::ok();
   }
+  deferInit(h, [h, opts, plan = std::move(plan)]() -> Status {
+    // Pinned while it runs, so that a destroy (which raises the abort flag it honours)
+    // waits for it, and frees what it published.
+    if (h != nullptr) h->pins.fetch_add(1, std::memory_order_seq_cst);
+    PinnedComm pin(h, nullptr);
+    if (h != nullptr && h->dead.load(std::memory_order_seq_cst))
+      return LOOM_ERROR(loomInvalidUsage, "comm: destroyed before its group ended");
+    LOOM_ASSIGN(Creation c, plan());
+    if (h == nullptr || c.nranks == 0) return Status::ok();
+    LOOM_ASSIGN(auto impl, Comm::create(c.id, c.nranks, c.rank, opts, &h->abortRequested));
+    LOOM_CHECK(calibrate(*impl));
+    publish(h, std::move(impl));
+    return Status::ok();
+  });
+  return Status::ok();
+}
+
+}  // namespace
+
+Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
+                const CommOptions& opts, const loomComm* parent) {
+  if (opts.blocking && inGroup())
+    return deferCreation(out, opts, [id, nranks, rank]() -> Result<Creation> {
+      return Creation{id, nranks, rank};
+    });
   if (opts.blocking) {
     LOOM_ASSIGN(auto impl, Comm::create(id, nranks, rank, opts,
                                         parent != nullptr ? &parent->abortRequested : nullptr));
@@ -457,19 +485,15 @@ Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
   return Status::ok();
 }
 
-Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomConfig_t* config) {
-  LOOM_ASSIGN(Comm * comm, lookup(h));
-  if (newcomm == nullptr) return LOOM_ERROR(loomInvalidArgument, "newcomm: NULL");
-  *newcomm = nullptr;
-  LOOM_CHECK(checkNotFinalized(h));
-  if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
-    return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
-  LOOM_ASSIGN(CommOptions opts, resolveConfig(config, &comm->options()));
+namespace {
+
+// The collective part of a split, under comm's operation lock: every rank's colour and key,
+// and the new id of this rank's colour (nranks 0 for LOOM_SPLIT_NOCOLOR).
+Result<Creation> splitPlan(loomComm* h, Comm* comm, int color, int key) {
   // A non-blocking parent first finishes what it has queued, so every rank splits after the
   // same operations.
   if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000))
     return LOOM_ERROR(loomTimeout, "comm: queued operations did not finish within the timeout");
-  std::lock_guard<FutexMutex> lock(comm->opMutex());
   const int n = comm->nranks();
   std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
   LOOM_CHECK(comm->bootstrap().allGather(mine.data(), all.data(), sizeof(int32_t) * 2));
@@ -487,11 +511,37 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
   if (leader) LOOM_CHECK(bootstrap::makeLocalUniqueId(&id));
   std::vector<loomUniqueId> ids(static_cast<size_t>(n));
   LOOM_CHECK(comm->bootstrap().allGather(&id, ids.data(), sizeof(loomUniqueId)));
-  if (members.empty()) return Status::ok();
-  int newRank =
+  Creation c;
+  if (members.empty()) return c;
+  c.id = ids[static_cast<size_t>(members[0])];
+  c.nranks = static_cast<int>(members.size());
+  c.rank =
       static_cast<int>(std::find(members.begin(), members.end(), comm->rank()) - members.begin());
-  return initComm(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])],
-                  newRank, opts, h);
+  return c;
+}
+
+}  // namespace
+
+Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomConfig_t* config) {
+  LOOM_ASSIGN(Comm * comm, lookup(h));
+  if (newcomm == nullptr) return LOOM_ERROR(loomInvalidArgument, "newcomm: NULL");
+  *newcomm = nullptr;
+  LOOM_CHECK(checkNotFinalized(h));
+  if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
+    return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
+  LOOM_ASSIGN(CommOptions opts, resolveConfig(config, &comm->options()));
+  if (opts.blocking && inGroup())  // one thread may split several ranks' communicators
+    return deferCreation(color == LOOM_SPLIT_NOCOLOR ? nullptr : newcomm, opts,
+                         [h, color, key]() -> Result<Creation> {
+                           LOOM_ASSIGN(Comm * comm, lookup(h));  // not destroyed meanwhile
+                           LOOM_CHECK(checkNotFinalized(h));
+                           std::lock_guard<FutexMutex> lock(comm->opMutex());
+                           return splitPlan(h, comm, color, key);
+                         });
+  std::lock_guard<FutexMutex> lock(comm->opMutex());
+  LOOM_ASSIGN(Creation c, splitPlan(h, comm, color, key));
+  if (c.nranks == 0) return Status::ok();
+  return initComm(newcomm, c.nranks, c.id, c.rank, opts, h);
 }
 
 Status destroy(loomComm* h, bool abort) {
@@ -791,6 +841,11 @@ Status rooted(bool toRoot, const void* sendbuff, void* recvbuff, size_t count, l
 }  // namespace
 
 extern "C" {
+
+loomResult_t loomUseNcclEnvironment(void) {
+  loom::env::readNcclNames();
+  return loomSuccess;
+}
 
 loomResult_t loomGetVersion(int* version) {
   return guard("loomGetVersion", [&] {

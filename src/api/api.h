@@ -108,8 +108,9 @@ inline Status checkNotFinalized(const loomComm* h) {
   return Status::ok();
 }
 
-// Creates this rank's communicator with resolved options: at once (blocking), or in the
-// background of a new worker (non-blocking: returns inProgress() with *out already set).
+// Creates this rank's communicator with resolved options: at once (blocking), at the group's
+// end (blocking, inside a group: deferInit), or in the background of a new worker
+// (non-blocking: returns inProgress() with *out already set).
 // parent: the communicator a split or shrink makes it from, whose loomCommAbort ends a blocking
 // creation (the caller holds parent's operation lock, which the abort waits for).
 Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
@@ -181,12 +182,13 @@ Result<kernels::Reducer> reducerFor(Comm& comm, const Call& c);
 // the caller.
 Status submit(Call& call, Comm* comm);
 bool inGroup();
-// Inside a group, a blocking initialisation is deferred to the outermost loomGroupEnd, which
-// runs the group's initialisations at once, one thread each (as NCCL's group lets one thread
-// initialise several ranks' communicators). init makes h's communicator; h was made, registered
-// and returned already.
+// Inside a group, a blocking initialisation, split or shrink is deferred to the outermost
+// loomGroupEnd, which runs the group's creations at once, one thread each (as NCCL's group lets
+// one thread initialise or split several ranks' communicators). init makes h's communicator; h
+// was made, registered and returned already (NULL: a split's rank without a colour, which only
+// takes part).
 void deferInit(loomComm* h, std::function<Status()> init);
-// Marks h's deferred initialisation failed with s.
+// Marks h's deferred initialisation failed with s (nothing for a NULL h).
 void failInit(loomComm* h, const Status& s);
 // Runs the calls that issue() submits as one group, as loomGroupStart, issue, loomGroupEnd
 // would (within an enclosing group they join it). Where issue() fails, the calls it queued

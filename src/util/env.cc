@@ -1,5 +1,6 @@
 #include "util/env.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -13,17 +14,20 @@ struct Var {
   const char* deflt;
   const char* doc;
   const char* nccl = "";  // the NCCL (or PyTorch) variable it mirrors
+  // Under the NCCL shim (readNcclNames), `nccl` is read where `name` is unset: same values.
+  bool ncclValues = false;
 };
 
 // The one table of Loom's environment variables.
 constexpr Var kVars[] = {
-    {"LOOM_DEBUG", "WARN", "log level: WARN, INFO or TRACE (NONE silences warnings)", "NCCL_DEBUG"},
+    {"LOOM_DEBUG", "WARN", "log level: WARN, INFO or TRACE (NONE silences warnings)", "NCCL_DEBUG",
+     true},
     {"LOOM_DEBUG_SUBSYS", "ALL",
      "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts",
-     "NCCL_DEBUG_SUBSYS"},
+     "NCCL_DEBUG_SUBSYS", true},
     {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid",
-     "NCCL_DEBUG_FILE"},
-    {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root", "NCCL_COMM_ID"},
+     "NCCL_DEBUG_FILE", true},
+    {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root", "NCCL_COMM_ID", true},
     {"LOOM_COMM_SECRET", "", "shared secret for LOOM_COMM_ID rendezvous (else derived from it)"},
     {"LOOM_RANK", "",
      "loomCommInitFromEnv: this process's rank (with LOOM_WORLD_SIZE and LOOM_COMM_ID)", "RANK"},
@@ -32,29 +36,29 @@ constexpr Var kVars[] = {
      "loomCommInitFromEnv under Slurm: the root's port on the first node of the step "
      "(default 28500 + (SLURM_JOB_ID + SLURM_STEP_ID) % 1000)"},
     {"LOOM_SOCKET_IFNAME", "", "network interfaces to use: prefix list, ^ excludes, = exact",
-     "NCCL_SOCKET_IFNAME"},
+     "NCCL_SOCKET_IFNAME", true},
     {"LOOM_SOCKET_BUFFER_BYTES", "4194304",
      "TCP transport: each connection's send and receive socket buffer (SO_SNDBUF, SO_RCVBUF; "
      "0: the kernel's autotuning)"},
     {"LOOM_TIMEOUT_MS", "300000",
      "every wait fails with loomTimeout after this many ms (0 or less: ignored; at most 2^31-1)"},
     {"LOOM_SHM_DISABLE", "0", "1: ranks of one host talk over TCP instead of shared memory",
-     "NCCL_SHM_DISABLE"},
+     "NCCL_SHM_DISABLE", true},
     {"LOOM_NET", "",
      "network transport across hosts: IB (fail if no RDMA port is usable), Socket (TCP), or "
      "empty: ib where every pair of ranks has an active port, else TCP",
-     "NCCL_NET"},
-    {"LOOM_IB_DISABLE", "0", "1: never use the ib transport", "NCCL_IB_DISABLE"},
+     "NCCL_NET", true},
+    {"LOOM_IB_DISABLE", "0", "1: never use the ib transport", "NCCL_IB_DISABLE", true},
     {"LOOM_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (prefixes), ^ excludes, = exact names; "
      "ranks of one host spread over the ports chosen",
-     "NCCL_IB_HCA"},
+     "NCCL_IB_HCA", true},
     {"LOOM_IB_GID_INDEX", "-1", "RoCE GID index (-1: the first RoCE v2 GID with an IPv4 address)",
-     "NCCL_IB_GID_INDEX"},
+     "NCCL_IB_GID_INDEX", true},
     {"LOOM_IB_TIMEOUT", "14", "ib retransmission timeout exponent: 4.096 us x 2^N per try",
-     "NCCL_IB_TIMEOUT"},
+     "NCCL_IB_TIMEOUT", true},
     {"LOOM_IB_RETRY_CNT", "7", "ib retransmissions before a link is declared lost",
-     "NCCL_IB_RETRY_CNT"},
+     "NCCL_IB_RETRY_CNT", true},
     {"LOOM_GDR_DISABLE", "0",
      "1: never register device buffers for GPUDirect RDMA (dma-buf or peer memory); "
      "they stage through host memory",
@@ -122,26 +126,34 @@ constexpr Var kVars[] = {
     {"LOOM_TOPO_FILE", "",
      "read this host's topology from this file (NCCL topology XML or hwloc XML) instead of "
      "detecting it",
-     "NCCL_TOPO_FILE"},
+     "NCCL_TOPO_FILE", true},
     {"LOOM_TOPO_DUMP_FILE", "",
      "write the topology detected (or loaded) to this file, in NCCL's schema",
-     "NCCL_TOPO_DUMP_FILE"},
+     "NCCL_TOPO_DUMP_FILE", true},
     {"LOOM_TOPO_DISABLE", "0",
      "1: communicators neither detect nor merge the hosts' topology (no system graph)"},
     {"LOOM_CUDA_IPC_DISABLE", "0",
      "1: all-reduces on device buffers stage through host memory even when every rank shares "
      "the host (no cuda_ipc kernels)",
-     "NCCL_P2P_DISABLE"},
+     "NCCL_P2P_DISABLE", true},
     {"LOOM_CUDA_IPC_BYTES", "67108864",
      "bytes of GPU memory per rank for the cuda_ipc all-reduce (two halves; larger messages go "
      "in chunks)"},
 };
 
+std::atomic<bool> gNcclNames{false};
+
 const char* raw(const char* name) {
   const char* v = std::getenv(name);
   if (v != nullptr && *v != '\0') return v;
-  for (const Var& var : kVars)
-    if (std::string(var.name) == name) return var.deflt;
+  for (const Var& var : kVars) {
+    if (std::string(var.name) != name) continue;
+    if (var.ncclValues && gNcclNames.load(std::memory_order_relaxed)) {
+      v = std::getenv(var.nccl);
+      if (v != nullptr && *v != '\0') return v;
+    }
+    return var.deflt;
+  }
   return "";
 }
 
@@ -279,10 +291,15 @@ std::string markdownTable() {
   for (const Var& var : kVars) {
     t += std::string("| `") + var.name + "` | " +
          (*var.deflt ? std::string("`") + var.deflt + "`" : "") + " | " + var.doc + " | " +
-         (*var.nccl ? std::string("`") + var.nccl + "`" : "") + " |\n";
+         (*var.nccl ? std::string("`") + var.nccl + "`" +
+                          (var.ncclValues ? " (the NCCL shim reads it)" : "")
+                    : "") +
+         " |\n";
   }
   return t;
 }
+
+void readNcclNames() { gNcclNames.store(true, std::memory_order_relaxed); }
 
 void printAll() {
   static std::once_flag once;

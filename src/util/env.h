@@ -52,6 +52,12 @@ bool topoDisable();                  // LOOM_TOPO_DISABLE
 bool cudaIpcDisable();               // LOOM_CUDA_IPC_DISABLE
 int64_t cudaIpcBytes();              // LOOM_CUDA_IPC_BYTES
 
+// From here on, a variable that is unset is read from the NCCL variable it mirrors where that
+// takes the same values (NCCL_SOCKET_IFNAME for LOOM_SOCKET_IFNAME, and so on; README.md's
+// table says which). The NCCL shim calls it as it loads, so that NCCL programs' settings
+// apply, read as late as Loom's own (a program's setenv before its first call counts).
+void readNcclNames();
+
 // Every declared variable as a markdown table (README.md embeds it).
 std::string markdownTable();
 

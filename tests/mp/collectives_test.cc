@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -103,8 +104,9 @@ TEST_P(CollectivesTest, EveryCase) {
   opts.timeoutMs = 60000;
   opts.deadlineMs = 240000;
   const uint32_t colls = GetParam().colls;
-  LaunchResult res = launch(
-      opts, [colls](RankContext& ctx) { return runFullSuite(ctx, SuiteLevel::kFull, colls); });
+  LaunchResult res = launch(opts, [colls](RankContext& ctx) {
+    return runFullSuite(ctx, suiteLevelFromEnv(SuiteLevel::kFull), colls);
+  });
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
@@ -275,22 +277,107 @@ int initAllRank(bool grouped) {
   return failures == 0 ? 0 : 1;
 }
 
-// grouped: a blocking loomCommInitRank inside a group used to rendezvous at once, so that one
-// thread's ranks waited for each other until the timeout.
-void launchInitAll(bool grouped) {
+// One process whose one thread runs every rank (body makes their communicators).
+void launchOneThreadsRanks(std::function<int()> body) {
   LaunchOptions opts;
   opts.nranks = 1;
   opts.initComm = false;
   opts.setCommId = false;
   opts.timeoutMs = 10000;
   opts.deadlineMs = 60000;
-  LaunchResult res = launch(opts, [grouped](RankContext&) { return initAllRank(grouped); });
+  LaunchResult res = launch(opts, [&body](RankContext&) { return body(); });
   EXPECT_TRUE(res.allPassed()) << res.report();
 }
 
-TEST(CollectivesMisc, InitAllGroupFromOneThread) { launchInitAll(false); }
+TEST(CollectivesMisc, InitAllGroupFromOneThread) {
+  launchOneThreadsRanks([] { return initAllRank(false); });
+}
 
-TEST(CollectivesMisc, InitRanksInAGroupFromOneThread) { launchInitAll(true); }
+// A blocking loomCommInitRank inside a group used to rendezvous at once, so that one thread's
+// ranks waited for each other until the timeout.
+TEST(CollectivesMisc, InitRanksInAGroupFromOneThread) {
+  launchOneThreadsRanks([] { return initAllRank(true); });
+}
+
+// Splits and shrinks of four ranks' communicators from one thread, inside groups (NCCL lets one
+// thread do this; a split made at once waited for the other ranks until its timeout): each
+// new communicator's size, ranks (by key, then old rank) and all-reduce, against sums computed
+// here.
+int splitInGroupRank() {
+  constexpr int kN = 4;
+  constexpr size_t kCount = 257;
+  loomComm_t comms[kN] = {}, halves[kN] = {}, three[kN] = {};
+  int failures = 0;
+  CHECK_LOOM(loomCommInitAll(comms, kN, nullptr));
+  // Colour i % 2, but rank 3 takes none; keys in reverse, so comm 2 leads colour 0.
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i) {
+    halves[i] = reinterpret_cast<loomComm_t>(&halves);  // overwritten, with NULL for rank 3
+    CHECK_LOOM(
+        loomCommSplit(comms[i], i == 3 ? LOOM_SPLIT_NOCOLOR : i % 2, -i, &halves[i], nullptr));
+  }
+  int n = 0;
+  if (loomCommCount(halves[0], &n) != loomInvalidUsage)
+    failures += !report(false, "a split's communicator was usable before loomGroupEnd");
+  CHECK_LOOM(loomGroupEnd());
+  failures += !report(halves[3] == nullptr, "LOOM_SPLIT_NOCOLOR gave a communicator");
+  const int wantCount[3] = {2, 1, 2}, wantRank[3] = {1, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    int count = -1, rank = -1;
+    CHECK_LOOM(loomCommCount(halves[i], &count));
+    CHECK_LOOM(loomCommUserRank(halves[i], &rank));
+    if (count != wantCount[i] || rank != wantRank[i]) {
+      fprintf(stderr, "split comm %d: %d ranks, rank %d; want %d, %d\n", i, count, rank,
+              wantCount[i], wantRank[i]);
+      ++failures;
+    }
+  }
+  std::vector<std::vector<float>> send(kN, std::vector<float>(kCount)), recv = send;
+  for (int i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kCount; ++j) send[i][j] = static_cast<float>((i * 3 + j) % 7);
+  auto checkSum = [&](const char* what, int i, const std::vector<int>& members) {
+    for (size_t j = 0; j < kCount; ++j) {
+      float want = 0;
+      for (int r : members) want += send[static_cast<size_t>(r)][j];
+      if (recv[i][j] != want) {
+        fprintf(stderr, "%s: comm %d index %zu: got %g expected %g\n", what, i, j, recv[i][j],
+                want);
+        ++failures;
+        return;
+      }
+    }
+  };
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < 3; ++i)
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum,
+                             halves[i], nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  checkSum("colour 0", 0, {0, 2});
+  checkSum("colour 1", 1, {1});
+  checkSum("colour 0", 2, {0, 2});
+  // Shrink without rank 3, which does not call it.
+  int exclude = 3;
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < 3; ++i)
+    CHECK_LOOM(loomCommShrink(comms[i], &exclude, 1, &three[i], nullptr, LOOM_SHRINK_DEFAULT));
+  CHECK_LOOM(loomGroupEnd());
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < 3; ++i)
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum, three[i],
+                             nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < 3; ++i) checkSum("shrunk", i, {0, 1, 2});
+  for (int i = 0; i < kN; ++i) {
+    if (halves[i] != nullptr) CHECK_LOOM(loomCommDestroy(halves[i]));
+    if (three[i] != nullptr) CHECK_LOOM(loomCommDestroy(three[i]));
+    CHECK_LOOM(loomCommDestroy(comms[i]));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(CollectivesMisc, SplitAndShrinkInAGroupFromOneThread) {
+  launchOneThreadsRanks(splitInGroupRank);
+}
 
 // loomCommInitAll with a device list on a loaded graph (LOOM_TOPO_FILE: AWS p4d without NVLink
 // information, GPUs 0-3 on socket 0 and 4-7 on socket 1). The ranks hold the two sockets' GPUs

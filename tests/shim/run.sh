@@ -4,7 +4,8 @@
 # that header with `cc ... -lnccl`, once with an rpath to the shim and once without; checks with
 # ldd which libnccl.so.2 each binary loads; runs the collectives on 2 and 3 ranks through the
 # rpath, through LD_LIBRARY_PATH (replacing whatever libnccl.so.2 the system has) and through
-# LD_PRELOAD. With BUILD_DIR, also installs the build into a temporary prefix and runs the
+# LD_PRELOAD; runs nccl_env_test.c (NCCL's variables: NCCL_COMM_ID from the program's setenv,
+# NCCL_SOCKET_IFNAME, NCCL_DEBUG in lower case). With BUILD_DIR, also installs the build into a temporary prefix and runs the
 # program on the installed <libdir>/loom-nccl/libnccl.so.2.
 # usage: run.sh SHIM_DIR NCCL_INCLUDE_DIR [BUILD_DIR]     exit 0 pass, 1 fail, 77 skip
 set -uo pipefail
@@ -89,6 +90,26 @@ run "LD_LIBRARY_PATH" 2 "$work/t_plain" LD_LIBRARY_PATH="$shim"
 run "LD_LIBRARY_PATH" 3 "$work/t_plain" LD_LIBRARY_PATH="$shim"
 run "LD_PRELOAD" 2 "$work/t_plain" LD_PRELOAD="$lib"
 
+# ---- NCCL's variables: read as NCCL reads them, none of Loom's written for children ----
+if "$cc" "${cflags[@]}" "$here/nccl_env_test.c" -L"$shim" -lnccl -Wl,-rpath,"$shim" \
+    -o "$work/t_env" 2>"$work/cc.log"; then
+  port=$((20000 + RANDOM % 20000))
+  if env -u LOOM_COMM_ID -u LOOM_DEBUG -u LOOM_SOCKET_IFNAME NCCL_SOCKET_IFNAME=lo \
+      NCCL_DEBUG=info NCCL_DEBUG_SUBSYS=BOOTSTRAP timeout 120 "$work/t_env" "$port" \
+      >"$work/env.out" 2>"$work/env.err"; then
+    ok "$(tail -n 1 "$work/env.out")"
+  else
+    cat "$work/env.out" "$work/env.err"
+    fail "NCCL_COMM_ID set by the program"
+  fi
+  # NCCL_DEBUG=info (any case, as NCCL takes it) logs; NCCL_SOCKET_IFNAME picks the interface.
+  grep -q "INFO BOOTSTRAP using interface lo " "$work/env.err" &&
+    ok "NCCL_DEBUG=info and NCCL_SOCKET_IFNAME=lo taken" ||
+    { head -n 5 "$work/env.err"; fail "NCCL_DEBUG=info or NCCL_SOCKET_IFNAME=lo not taken"; }
+else
+  cat "$work/cc.log"
+  fail "nccl_env_test.c does not build"
+fi
 # ---- Installed: <libdir>/loom-nccl/libnccl.so.2 finds <libdir>/libloom.so.0 ----
 if [ $# -eq 3 ]; then
   if cmake --install "$3" --prefix "$work/prefix" >"$work/install.log" 2>&1; then
