@@ -238,6 +238,10 @@ class LoomBackend : public c10d::Backend {
                       const std::function<loomResult_t(const at::Tensor&, size_t)>& call);
   // All-reduces of several tensors (or one strided view) as one operation of this type.
   Work allreduceMany(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op, c10d::OpType type);
+  // reduce_scatter with blocks of unequal sizes (input_tensors[i][r]: rank r's block).
+  Work reduceScatterUneven(std::vector<at::Tensor>& outputs,
+                           std::vector<std::vector<at::Tensor>>& inputs,
+                           const c10d::ReduceScatterOptions& opts);
   // The sparse lane: a thread that runs those operations in call order (the same order on every
   // rank) on a communicator of their own, so that they are asynchronous although each has two
   // dependent steps. The first one opens the lane's communicator there (rank 0 publishes its id

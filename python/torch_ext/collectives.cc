@@ -507,8 +507,9 @@ WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                     const c10d::ReduceScatterOptions& opts) {
   checkList(outputs, "output_tensors", Layout::Output);
   if (inputs.size() != outputs.size()) fail("input_tensors: not one list per output");
-  std::vector<at::Tensor> flats, outs;
-  std::vector<loomRedOp_t> ops;
+  // Unequal blocks, as gloo takes them: input_tensors[i][r] is what this rank gives rank r,
+  // whose output_tensors[i] has that many elements.
+  bool uneven = false;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (inputs[i].size() != static_cast<size_t>(getSize()))
       fail(nth("input_tensors", i) + ": " + std::to_string(inputs[i].size()) +
@@ -516,8 +517,15 @@ WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
     for (size_t r = 0; r < inputs[i].size(); ++r) {
       const std::string arg = nth("input_tensors", i) + "[" + std::to_string(r) + "]";
       checkTensor(inputs[i][r], arg, Layout::Input);
-      checkSame(outputs[i], inputs[i][r], arg, outputs[i].numel());
+      const bool mine = static_cast<int>(r) == getRank();
+      checkSame(outputs[i], inputs[i][r], arg, mine ? outputs[i].numel() : inputs[i][r].numel());
+      uneven |= inputs[i][r].numel() != outputs[i].numel();
     }
+  }
+  if (uneven) return reduceScatterUneven(outputs, inputs, opts);
+  std::vector<at::Tensor> flats, outs;
+  std::vector<loomRedOp_t> ops;
+  for (size_t i = 0; i < outputs.size(); ++i) {
     flats.push_back(flatten(inputs[i]));
     outs.push_back(outputOf(outputs[i]));
     ops.push_back(redOp(opts.reduceOp, outputs[i]));
@@ -531,6 +539,36 @@ WorkPtr LoomBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
             check(loomReduceScatter(flats[i].data_ptr(), outs[i].data_ptr(), reduceCount(outs[i]),
                                     reduceType(outs[i]), ops[i], comm_, nullptr),
                   "loomReduceScatter");
+        });
+      },
+      copyBack(outputs, outs), keep);
+}
+
+// One reduce per rank and output, each to the rank whose block it is, in one group.
+WorkPtr LoomBackend::reduceScatterUneven(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> ins, outs;
+  std::vector<loomRedOp_t> ops;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (const at::Tensor& t : inputs[i]) ins.push_back(inputOf(t));
+    outs.push_back(outputOf(outputs[i]));
+    ops.push_back(redOp(opts.reduceOp, outputs[i]));
+  }
+  const std::vector<at::Tensor> keep = joined(ins, outs);
+  const size_t n = static_cast<size_t>(getSize());
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER, outputs,
+      [&] {
+        grouped([&] {
+          for (size_t i = 0; i < outs.size(); ++i)
+            for (size_t r = 0; r < n; ++r) {
+              const at::Tensor& in = ins[i * n + r];
+              const bool mine = static_cast<int>(r) == getRank();
+              check(loomReduce(in.data_ptr(), mine ? outs[i].data_ptr() : nullptr, reduceCount(in),
+                               reduceType(in), ops[i], static_cast<int>(r), comm_, nullptr),
+                    "loomReduce");
+            }
         });
       },
       copyBack(outputs, outs), keep);

@@ -313,29 +313,44 @@ struct Creation {
 // outermost loomGroupEnd, as NCCL's group defers them: *out gets a handle at once (NULL when
 // `out` is NULL: a split's rank without a colour, which still takes part), and at the group's
 // end plan() says what to create, on a thread of its own beside the group's other creations.
-Status deferCreation(loomComm_t* out, const CommOptions& opts,
+// parent: the communicator a split or shrink is made from, whose abort ends the creation too.
+Status deferCreation(loomComm_t* out, const CommOptions& opts, const loomComm* parent,
                      std::function<Result<Creation>()> plan) {
   loomComm* h = nullptr;
   if (out != nullptr) {
     h = new loomComm();
     h->timeoutMs = opts.timeoutMs;
+    h->abortsWith = parent;
     registerComm(h);
+    // After registering: an abort of the parent either finds h there or came before this.
+    if (parent != nullptr && parent->abortRequested.load()) h->abortRequested.store(true);
     *out = h;
   }
-  deferInit(h, [h, opts, plan = std::move(plan)]() -> Status {
-    // Pinned while it runs, so that a destroy (which raises the abort flag it honours)
-    // waits for it, and frees what it published.
-    if (h != nullptr) h->pins.fetch_add(1, std::memory_order_seq_cst);
-    PinnedComm pin(h, nullptr);
-    if (h != nullptr && h->dead.load(std::memory_order_seq_cst))
-      return LOOM_ERROR(loomInvalidUsage, "comm: destroyed before its group ended");
-    LOOM_ASSIGN(Creation c, plan());
-    if (h == nullptr || c.nranks == 0) return Status::ok();
-    LOOM_ASSIGN(auto impl, Comm::create(c.id, c.nranks, c.rank, opts, &h->abortRequested));
-    LOOM_CHECK(calibrate(*impl));
-    publish(h, std::move(impl));
-    return Status::ok();
-  });
+  deferInit(
+      h,
+      [h, opts, plan = std::move(plan)]() -> Status {
+        // Pinned while it runs, so that a destroy (which raises the abort flag it honours)
+        // waits for it, and frees what it published.
+        if (h != nullptr) h->pins.fetch_add(1, std::memory_order_seq_cst);
+        PinnedComm pin(h, nullptr);
+        struct Made {  // once made (or failed), the parent's abort no longer concerns it
+          loomComm* h;
+          ~Made() {
+            if (h == nullptr) return;
+            std::lock_guard<std::mutex> lock(registryMutex());
+            h->abortsWith = nullptr;
+          }
+        } made{h};
+        if (h != nullptr && h->dead.load(std::memory_order_seq_cst))
+          return LOOM_ERROR(loomInvalidUsage, "comm: destroyed before its group ended");
+        LOOM_ASSIGN(Creation c, plan());
+        if (h == nullptr || c.nranks == 0) return Status::ok();
+        LOOM_ASSIGN(auto impl, Comm::create(c.id, c.nranks, c.rank, opts, &h->abortRequested));
+        LOOM_CHECK(calibrate(*impl));
+        publish(h, std::move(impl));
+        return Status::ok();
+      },
+      parent);
   return Status::ok();
 }
 
@@ -344,7 +359,7 @@ Status deferCreation(loomComm_t* out, const CommOptions& opts,
 Status initComm(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
                 const CommOptions& opts, const loomComm* parent) {
   if (opts.blocking && inGroup())
-    return deferCreation(out, opts, [id, nranks, rank]() -> Result<Creation> {
+    return deferCreation(out, opts, parent, [id, nranks, rank]() -> Result<Creation> {
       return Creation{id, nranks, rank};
     });
   if (opts.blocking) {
@@ -487,13 +502,17 @@ Status initAll(loomComm_t* comms, int ndev, const int* devlist) {
 
 namespace {
 
-// The collective part of a split, under comm's operation lock: every rank's colour and key,
-// and the new id of this rank's colour (nranks 0 for LOOM_SPLIT_NOCOLOR).
-Result<Creation> splitPlan(loomComm* h, Comm* comm, int color, int key) {
-  // A non-blocking parent first finishes what it has queued, so every rank splits after the
-  // same operations.
+// A non-blocking parent first finishes what it has queued (before its operation lock is
+// taken: its worker runs them under it), so every rank splits after the same operations.
+Status drainQueue(loomComm* h, Comm* comm) {
   if (h->worker && !h->worker->waitIdle(nowNs() + comm->options().timeoutMs * 1000000))
     return LOOM_ERROR(loomTimeout, "comm: queued operations did not finish within the timeout");
+  return Status::ok();
+}
+
+// The collective part of a split, under comm's operation lock: every rank's colour and key,
+// and the new id of this rank's colour (nranks 0 for LOOM_SPLIT_NOCOLOR).
+Result<Creation> splitPlan(Comm* comm, int color, int key) {
   const int n = comm->nranks();
   std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
   LOOM_CHECK(comm->bootstrap().allGather(mine.data(), all.data(), sizeof(int32_t) * 2));
@@ -531,15 +550,17 @@ Status split(loomComm* h, int color, int key, loomComm_t* newcomm, const loomCon
     return LOOM_ERROR(loomInvalidArgument, "color: " + str(color) + " is negative");
   LOOM_ASSIGN(CommOptions opts, resolveConfig(config, &comm->options()));
   if (opts.blocking && inGroup())  // one thread may split several ranks' communicators
-    return deferCreation(color == LOOM_SPLIT_NOCOLOR ? nullptr : newcomm, opts,
+    return deferCreation(color == LOOM_SPLIT_NOCOLOR ? nullptr : newcomm, opts, h,
                          [h, color, key]() -> Result<Creation> {
                            LOOM_ASSIGN(Comm * comm, lookup(h));  // not destroyed meanwhile
                            LOOM_CHECK(checkNotFinalized(h));
+                           LOOM_CHECK(drainQueue(h, comm));
                            std::lock_guard<FutexMutex> lock(comm->opMutex());
-                           return splitPlan(h, comm, color, key);
+                           return splitPlan(comm, color, key);
                          });
+  LOOM_CHECK(drainQueue(h, comm));
   std::lock_guard<FutexMutex> lock(comm->opMutex());
-  LOOM_ASSIGN(Creation c, splitPlan(h, comm, color, key));
+  LOOM_ASSIGN(Creation c, splitPlan(comm, color, key));
   if (c.nranks == 0) return Status::ok();
   return initComm(newcomm, c.nranks, c.id, c.rank, opts, h);
 }
@@ -551,7 +572,12 @@ Status destroy(loomComm* h, bool abort) {
     if (h == nullptr || registry().count(h) == 0 || h->dead.load())
       return LOOM_ERROR(loomInvalidArgument, "comm: NULL or destroyed communicator");
     h->dead.store(true, std::memory_order_seq_cst);  // no call pins it from here on
-    if (abort) h->abortRequested.store(true);
+    if (abort) {
+      h->abortRequested.store(true);
+      // Communicators split or shrunk from it whose creation waits for a group's end, or runs.
+      for (loomComm* c : registry())
+        if (c->abortsWith == h) c->abortRequested.store(true);
+    }
     comm = h->impl.get();
   }
   // A non-blocking communicator's worker finishes its queue (destroy) or drops it (abort), then

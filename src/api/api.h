@@ -32,6 +32,9 @@ struct loomComm {
   std::atomic<uint32_t> pins{0};
   // A blocking initialisation deferred to its group's end failed (under the registry's mutex).
   loom::Status initError;
+  // A split's or shrink's communicator made at its group's end: the parent whose
+  // loomCommAbort ends its creation too (destroy raises abortRequested here).
+  const loomComm* abortsWith = nullptr;
 };
 
 namespace loom::api {
@@ -187,7 +190,13 @@ bool inGroup();
 // one thread initialise or split several ranks' communicators). init makes h's communicator; h
 // was made, registered and returned already (NULL: a split's rank without a colour, which only
 // takes part).
-void deferInit(loomComm* h, std::function<Status()> init);
+// parent: the communicator a split or shrink is made from (NULL for an initialisation).
+struct DeferredInit {
+  loomComm* handle;
+  const loomComm* parent;
+  std::function<Status()> init;
+};
+void deferInit(loomComm* h, std::function<Status()> init, const loomComm* parent = nullptr);
 // Marks h's deferred initialisation failed with s (nothing for a NULL h).
 void failInit(loomComm* h, const Status& s);
 // Runs the calls that issue() submits as one group, as loomGroupStart, issue, loomGroupEnd

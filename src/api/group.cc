@@ -34,7 +34,7 @@ struct GroupState {
   int depth = 0;
   std::vector<Call> calls;
   Status failed;  // the first call of the open group that failed: the group runs none
-  std::vector<std::pair<loomComm*, std::function<Status()>>> inits;  // deferInit's
+  std::vector<DeferredInit> inits;  // deferInit's
 };
 thread_local GroupState tGroup;
 // Threads whose group is open: while none is, a call need not look at its thread's group (a
@@ -746,29 +746,44 @@ Status runGroup(std::vector<Call> calls) {
 
 namespace {
 
-// Runs a group's deferred initialisations at once, one thread each (they are ranks of one
-// communicator that rendezvous with each other); a failed one is marked on its handle. Returns
-// the first failure.
-Status runInits(std::vector<std::pair<loomComm*, std::function<Status()>>>& inits) {
+// Runs a group's deferred creations at once, one thread each (they are ranks of one
+// communicator that rendezvous with each other), except that those made from one parent run on
+// one thread in call order, as every rank calls them (two splits of one communicator pair their
+// exchanges in that order); a failed one is marked on its handle. Returns the first failure.
+Status runInits(std::vector<DeferredInit>& inits) {
   std::vector<Status> results(inits.size());
   auto run = [&](size_t i) {
     try {
-      results[i] = inits[i].second();
+      results[i] = inits[i].init();
     } catch (const std::exception& e) {
       results[i] = LOOM_ERROR(loomInternalError, std::string("initialisation: ") + e.what());
     } catch (...) {
       results[i] = LOOM_ERROR(loomInternalError, "initialisation: unknown exception");
     }
   };
-  if (inits.size() == 1) {
-    run(0);
+  std::vector<std::vector<size_t>> lanes;  // the creations each thread runs, in call order
+  for (size_t i = 0; i < inits.size(); ++i) {
+    size_t lane = lanes.size();
+    if (inits[i].parent != nullptr)
+      for (size_t l = 0; l < lanes.size() && lane == lanes.size(); ++l)
+        if (inits[lanes[l][0]].parent == inits[i].parent) lane = l;
+    if (lane == lanes.size()) lanes.emplace_back();
+    lanes[lane].push_back(i);
+  }
+  auto runLane = [&](size_t l) {
+    for (size_t i : lanes[l]) run(i);
+  };
+  if (lanes.size() == 1) {
+    runLane(0);
   } else {
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < inits.size(); ++i) {
+    for (size_t l = 0; l < lanes.size(); ++l) {
       try {
-        threads.emplace_back(run, i);
-      } catch (const std::exception& e) {  // the started ones time out waiting for this one
-        results[i] = LOOM_ERROR(loomSystemError, std::string("initialisation thread: ") + e.what());
+        threads.emplace_back(runLane, l);
+      } catch (const std::exception& e) {  // the started ones time out waiting for these
+        for (size_t i : lanes[l])
+          results[i] =
+              LOOM_ERROR(loomSystemError, std::string("initialisation thread: ") + e.what());
       }
     }
     for (auto& t : threads) t.join();
@@ -776,7 +791,7 @@ Status runInits(std::vector<std::pair<loomComm*, std::function<Status()>>>& init
   Status first;
   for (size_t i = 0; i < inits.size(); ++i) {
     if (results[i].isOk()) continue;
-    failInit(inits[i].first, results[i]);
+    failInit(inits[i].handle, results[i]);
     if (first.isOk()) first = results[i];
   }
   return first;
@@ -793,11 +808,14 @@ Status endGroupLevel() {
   g.inits.clear();
   if (!inits.empty()) {
     if (!g.failed.isOk()) {
-      for (auto& [h, init] : inits)
-        failInit(h, Status(g.failed.code(),
-                           "not initialised: a call in its group failed: " + g.failed.message()));
-    } else {
-      LOOM_CHECK(runInits(inits));
+      for (DeferredInit& d : inits)
+        failInit(d.handle, Status(g.failed.code(), "not initialised: a call in its group failed: " +
+                                                       g.failed.message()));
+    } else if (Status s = runInits(inits); !s.isOk()) {
+      if (calls.empty()) return s;
+      return Status(s.code(), "a communicator the group made failed, so none of its " +
+                                  std::to_string(calls.size()) +
+                                  " queued calls ran: " + s.message());
     }
   }
   if (!g.failed.isOk()) {
@@ -812,8 +830,8 @@ Status endGroupLevel() {
 
 }  // namespace
 
-void deferInit(loomComm* h, std::function<Status()> init) {
-  tGroup.inits.emplace_back(h, std::move(init));
+void deferInit(loomComm* h, std::function<Status()> init, const loomComm* parent) {
+  tGroup.inits.push_back(DeferredInit{h, parent, std::move(init)});
 }
 
 void failGroup(const Status& s) {

@@ -24,7 +24,7 @@ constexpr Var kVars[] = {
      true},
     {"LOOM_DEBUG_SUBSYS", "ALL",
      "subsystems to log: INIT,BOOTSTRAP,TOPO,TUNE,TRANSPORT,EXEC,TRACE,ENV; ^ inverts",
-     "NCCL_DEBUG_SUBSYS", true},
+     "NCCL_DEBUG_SUBSYS"},
     {"LOOM_DEBUG_FILE", "", "log to this file instead of stderr; %h is the host, %p the pid",
      "NCCL_DEBUG_FILE", true},
     {"LOOM_COMM_ID", "", "host:port where rank 0 hosts the rendezvous root", "NCCL_COMM_ID", true},
@@ -47,7 +47,7 @@ constexpr Var kVars[] = {
     {"LOOM_NET", "",
      "network transport across hosts: IB (fail if no RDMA port is usable), Socket (TCP), or "
      "empty: ib where every pair of ranks has an active port, else TCP",
-     "NCCL_NET", true},
+     "NCCL_NET"},
     {"LOOM_IB_DISABLE", "0", "1: never use the ib transport", "NCCL_IB_DISABLE", true},
     {"LOOM_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (prefixes), ^ excludes, = exact names; "

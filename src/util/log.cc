@@ -64,8 +64,8 @@ const Config& config() {
       c.level = Level::kTrace;
     else if (strcasecmp(lvl.c_str(), "VERSION") == 0)  // NCCL_DEBUG's level below WARN
       c.level = Level::kNone;
-    else if (strcasecmp(lvl.c_str(), "ABORT") == 0)  // NCCL_DEBUG's: warnings (Loom aborts not)
-      c.level = Level::kWarn;
+    else if (strcasecmp(lvl.c_str(), "ABORT") == 0)  // NCCL_DEBUG's level above INFO
+      c.level = Level::kInfo;
     else if (strcasecmp(lvl.c_str(), "WARN") != 0)  // the default level stays
       std::fprintf(stderr, "loom: LOOM_DEBUG=%s is not NONE, WARN, INFO or TRACE; taking WARN\n",
                    lvl.c_str());

@@ -367,6 +367,31 @@ int splitInGroupRank() {
                              nullptr));
   CHECK_LOOM(loomGroupEnd());
   for (int i = 0; i < 3; ++i) checkSum("shrunk", i, {0, 1, 2});
+  // Two splits of each communicator in one group, rows then columns of a 2 x 2 grid: each
+  // rank's two splits run in call order, as on every rank, so neither takes the other's part.
+  loomComm_t rows[kN] = {}, cols[kN] = {};
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i) {
+    CHECK_LOOM(loomCommSplit(comms[i], i / 2, i, &rows[i], nullptr));
+    CHECK_LOOM(loomCommSplit(comms[i], i % 2, i, &cols[i], nullptr));
+  }
+  CHECK_LOOM(loomGroupEnd());
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i)
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum, rows[i],
+                             nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < kN; ++i) checkSum("row", i, {i / 2 * 2, i / 2 * 2 + 1});
+  CHECK_LOOM(loomGroupStart());
+  for (int i = 0; i < kN; ++i)
+    CHECK_LOOM(loomAllReduce(send[i].data(), recv[i].data(), kCount, loomFloat32, loomSum, cols[i],
+                             nullptr));
+  CHECK_LOOM(loomGroupEnd());
+  for (int i = 0; i < kN; ++i) checkSum("column", i, {i % 2, i % 2 + 2});
+  for (int i = 0; i < kN; ++i) {
+    CHECK_LOOM(loomCommDestroy(rows[i]));
+    CHECK_LOOM(loomCommDestroy(cols[i]));
+  }
   for (int i = 0; i < kN; ++i) {
     if (halves[i] != nullptr) CHECK_LOOM(loomCommDestroy(halves[i]));
     if (three[i] != nullptr) CHECK_LOOM(loomCommDestroy(three[i]));

@@ -185,6 +185,55 @@ int initThenQueueRank(RankContext& ctx) {
   return failures == 0 ? 0 : 1;
 }
 
+// A split called while the non-blocking parent still runs queued calls waits for them first (it
+// once waited under the lock those calls need, until the timeout), then gives a blocking child.
+int splitBusyParentRank(RankContext& ctx) {
+  loomConfig_t cfg = nonBlocking();
+  int polls = 0;
+  CHECK_LOOM(loomGetUniqueId(&ctx.id));
+  loomResult_t r = loomCommInitRankConfig(&ctx.comm, ctx.nranks, ctx.id, ctx.rank, &cfg);
+  if (r != loomInProgress && r != loomSuccess) return 1;
+  if (pollDone(ctx.comm, 20, &polls) != loomSuccess) return 1;
+  const size_t count = 1 << 20;
+  std::vector<float> a(count), sum(count, -1);
+  for (size_t i = 0; i < count; ++i) a[i] = input(ctx.rank, i, 0);
+  for (int k = 0; k < 4; ++k) {
+    r = loomAllReduce(a.data(), sum.data(), count, loomFloat32, loomSum, ctx.comm, nullptr);
+    if (r != loomInProgress && r != loomSuccess) return 1;
+  }
+  loomConfig_t blocking = LOOM_CONFIG_INITIALIZER;
+  blocking.blocking = 1;
+  loomComm_t sub = nullptr;
+  const double t0 = nowSeconds();
+  r = loomCommSplit(ctx.comm, 0, -ctx.rank, &sub, &blocking);
+  const double splitS = nowSeconds() - t0;
+  if (r != loomSuccess || splitS > 10) {
+    fprintf(stderr, "rank %d: split of a busy parent: %s after %.1f s: %s\n", ctx.rank,
+            loomGetErrorString(r), splitS, loomGetLastError(nullptr));
+    return 1;
+  }
+  int failures = 0;
+  for (size_t i = 0; i < count && failures < 5; ++i) {
+    float want = 0;
+    for (int q = 0; q < ctx.nranks; ++q) want += input(q, i, 0);
+    if (sum[i] != want && ++failures <= 5)
+      fprintf(stderr, "rank %d: sum[%zu] = %g, expected %g\n", ctx.rank, i, sum[i], want);
+  }
+  int rank = -1;
+  CHECK_LOOM(loomCommUserRank(sub, &rank));  // keys in reverse: the last rank leads
+  if (rank != ctx.nranks - 1 - ctx.rank) {
+    fprintf(stderr, "rank %d: rank %d in the child\n", ctx.rank, rank);
+    ++failures;
+  }
+  CHECK_LOOM(loomCommDestroy(sub));
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(NonBlockingSplit, WaitsForTheParentsQueuedCallsOutsideTheirLock) {
+  LaunchResult res = launchLong(3, true, splitBusyParentRank);
+  EXPECT_TRUE(res.allPassed()) << res.report();
+}
+
 class NonBlockingTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(NonBlockingTest, InitPolledToSuccessThenQueuedCollectivesMatchReference) {

@@ -151,6 +151,12 @@ def check():
             c.expect("reduce_scatter " + dn, out, total(N, dt, rank))
         c.run("reduce_scatter " + dn, rs_list)
 
+        def rs_uneven():  # rank j's block has j + 2 elements (gloo takes such lists too)
+            out = torch.zeros(rank + 2, dtype=dt)
+            dist.reduce_scatter(out, [val(rank, j + 2, dt, j) for j in range(world)])
+            c.expect("reduce_scatter uneven " + dn, out, total(rank + 2, dt, rank))
+        c.run("reduce_scatter uneven " + dn, rs_uneven)
+
         def rs_tensor():
             out = torch.zeros(3, dtype=dt)
             w = dist.reduce_scatter_tensor(out, val(rank, 3 * world, dt), async_op=True)

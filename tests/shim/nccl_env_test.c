@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     waitpid(pids[r], &st, 0);
     failed += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
   }
-  printf("%s: NCCL_COMM_ID from setenv, %d ranks, %d failed\n", failed ? "FAIL" : "PASS", N, failed);
+  printf("%s: NCCL_COMM_ID from setenv, %d ranks, %d failed\n", failed ? "FAIL" : "PASS", N,
+         failed);
   return failed != 0;
 }
