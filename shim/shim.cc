@@ -297,7 +297,10 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
     loomResult_t e = loomSuccess;
     ncclResult_t r = fromLoom(loomCommGetAsyncError(toLoom(comm), &e));
     if (r != ncclSuccess) return r;
-    *asyncError = e == loomTimeout ? ncclRemoteError : static_cast<ncclResult_t>(e);
+    // A failure maps as a call's does (a timeout is ncclTimeout where the header has it), and its
+    // text becomes ncclGetLastError's.
+    *asyncError =
+        e == loomSuccess || e == loomInProgress ? static_cast<ncclResult_t>(e) : fromLoom(e);
     return ncclSuccess;
   });
 }

@@ -102,6 +102,13 @@ if "$cc" "${cflags[@]}" "$here/nccl_env_test.c" -L"$shim" -lnccl -Wl,-rpath,"$sh
     cat "$work/env.out" "$work/env.err"
     fail "NCCL_COMM_ID set by the program"
   fi
+  if env LOOM_TIMEOUT_MS=1500 timeout 120 "$work/t_env" "$((port + 1))" timeout \
+      >"$work/env.out" 2>&1; then
+    ok "$(tail -n 1 "$work/env.out")"
+  else
+    cat "$work/env.out"
+    fail "a non-blocking timeout through ncclCommGetAsyncError"
+  fi
   # NCCL_DEBUG=info (any case, as NCCL takes it) logs; NCCL_SOCKET_IFNAME picks the interface.
   grep -q "INFO BOOTSTRAP using interface lo " "$work/env.err" &&
     ok "NCCL_DEBUG=info and NCCL_SOCKET_IFNAME=lo taken" ||
