@@ -253,7 +253,7 @@ class View:
             from . import dlpack  # imports this module: loaded on first use
             if dlpack.exposes(obj):
                 # DLPack (PyTorch tensors, ...): borrowed until release, like a view.
-                self._view = dlpack.Borrowed(obj, arg, dtype)
+                self._view = dlpack.Borrowed(obj, arg, writable, dtype)
                 self.address, self.count, self.dtype = (self._view.address, self._view.count,
                                                         self._view.dtype)
                 return

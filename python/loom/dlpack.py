@@ -2,11 +2,16 @@
 `__dlpack_device__`): PyTorch tensors, NumPy arrays, JAX/CuPy-style arrays on
 the host, ...
 
-The producer's `__dlpack__()` returns a PyCapsule named "dltensor" holding a
-DLManagedTensor. Loom only borrows it for the length of one call: the capsule
-keeps its name (it is not consumed) and its deleter is left to the capsule's
-own destructor, which runs when the last reference goes, after the call. The
-producer object is referenced as well, so neither can go away mid-call.
+Loom asks for DLPack 1.0 first (`__dlpack__(max_version=(1, 0))`): a PyCapsule
+named "dltensor_versioned" holding a DLManagedTensorVersioned, whose flags say
+when the memory is read-only (refused where Loom writes, taken where it only
+reads) or a copy (refused where Loom writes: the result would not reach the
+caller's memory). A producer that does not take max_version gives the earlier
+form, a "dltensor" capsule holding a DLManagedTensor. Loom only borrows either
+for the length of one call: the capsule keeps its name (it is not consumed) and
+its deleter is left to the capsule's own destructor, which runs when the last
+reference goes, after the call. The producer object is referenced as well, so
+neither can go away mid-call.
 """
 
 import ctypes
@@ -54,7 +59,19 @@ class _DLManagedTensor(ctypes.Structure):
                 ("deleter", ctypes.c_void_p)]
 
 
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", _DLTensor)]
+
+
+_FLAG_READ_ONLY, _FLAG_IS_COPIED = 1 << 0, 1 << 1
 _CAPSULE_NAME = b"dltensor"
+_VERSIONED_NAME = b"dltensor_versioned"
 _is_valid = ctypes.pythonapi.PyCapsule_IsValid
 _is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _is_valid.restype = ctypes.c_int
@@ -76,7 +93,7 @@ class Borrowed:
     """One DLPack export held for the length of a call: address, count, dtype.
     Holds the producer and its capsule until release()."""
 
-    def __init__(self, obj, arg, dtype=None):
+    def __init__(self, obj, arg, writable, dtype=None):
         self.arg = arg
         kind = type(obj).__name__
         # Ask where the memory is before exporting, so no device export is made.
@@ -91,20 +108,41 @@ class Borrowed:
                 raise LoomError(INVALID_ARGUMENT, "%s: %s is on %s:%d; Loom reads host (CPU) "
                                 "memory only" % (arg, kind, _device_name(device_type), device_id))
         try:
-            capsule = obj.__dlpack__()
+            try:
+                capsule = obj.__dlpack__(max_version=(1, 0))
+            except TypeError:  # a producer from before DLPack 1.0: no max_version
+                capsule = obj.__dlpack__()
         except Exception as e:
             raise LoomError(INVALID_ARGUMENT, "%s: %s.__dlpack__() failed (%s: %s)"
                             % (arg, kind, type(e).__name__, e)) from None
-        if not _is_valid(capsule, _CAPSULE_NAME):
+        versioned = bool(_is_valid(capsule, _VERSIONED_NAME))
+        if not versioned and not _is_valid(capsule, _CAPSULE_NAME):
             raise LoomError(INVALID_ARGUMENT, "%s: %s.__dlpack__() did not return an unconsumed "
-                            "\"dltensor\" capsule" % (arg, kind))
+                            "\"dltensor\" or \"dltensor_versioned\" capsule" % (arg, kind))
         self._producer, self._capsule = obj, capsule
         try:
-            managed = _DLManagedTensor.from_address(_get_pointer(capsule, _CAPSULE_NAME))
+            if versioned:
+                managed = _DLManagedTensorVersioned.from_address(
+                    _get_pointer(capsule, _VERSIONED_NAME))
+                self._check_versioned(managed, kind, writable)
+            else:
+                managed = _DLManagedTensor.from_address(_get_pointer(capsule, _CAPSULE_NAME))
             self._read(managed.dl_tensor, kind, dtype)
         except BaseException:
             self.release()
             raise
+
+    def _check_versioned(self, managed, kind, writable):
+        arg, version = self.arg, managed.version
+        if version.major != 1:  # a later major version may lay the tensor out otherwise
+            raise LoomError(INVALID_ARGUMENT, "%s: %s exported DLPack %d.%d; Loom reads 1.x"
+                            % (arg, kind, version.major, version.minor))
+        if writable and managed.flags & _FLAG_READ_ONLY:
+            raise LoomError(INVALID_ARGUMENT, "%s: %s is read-only (DLPack); Loom writes the "
+                            "result into it" % (arg, kind))
+        if writable and managed.flags & _FLAG_IS_COPIED:
+            raise LoomError(INVALID_ARGUMENT, "%s: %s exported a copy (DLPack); Loom's result "
+                            "would not reach its memory" % (arg, kind))
 
     def _read(self, t, kind, dtype):
         arg = self.arg

@@ -50,6 +50,15 @@ class DLPackOnly:
         return self.array.__dlpack_device__()
 
 
+class DLPackVersioned(DLPackOnly):
+    """As DLPackOnly, with DLPack 1.0's versioned capsules where asked for (max_version)."""
+
+    def __dlpack__(self, stream=None, max_version=None):
+        cap = self.array.__dlpack__(max_version=max_version)
+        self.capsules.append(cap)
+        return cap
+
+
 _capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _capsule_valid.restype = ctypes.c_int
@@ -285,6 +294,21 @@ def dlpack_cases():
         ro = numpy.zeros(4, dtype="float32")
         ro.flags.writeable = False
         attempt("numpy readonly", lambda: comm.all_reduce(DLPackOnly(ro)))
+        # DLPack 1.0 says when memory is read-only: taken as an input, refused as an output.
+        src = numpy.arange(6, dtype="float32")
+        src.flags.writeable = False
+        dst = numpy.zeros(6, dtype="float32")
+        vsrc, vdst = DLPackVersioned(src), DLPackVersioned(dst)
+        try:
+            vsrc.__dlpack__(max_version=(1, 0))
+            vsrc.capsules.clear()
+            attempt("versioned readonly input", lambda: comm.all_reduce(vsrc, vdst))
+            out["versioned values"] = dst.tolist()
+            out["versioned capsules"] = [_capsule_valid(c, b"dltensor_versioned")
+                                         for c in vsrc.capsules + vdst.capsules]
+            attempt("versioned readonly output", lambda: comm.all_reduce(DLPackVersioned(src)))
+        except TypeError:  # a NumPy from before DLPack 1.0
+            pass
     except ImportError:
         pass
     comm.destroy()
@@ -324,6 +348,14 @@ class Errors(unittest.TestCase):
 
     def test_numpy_readonly(self):
         self.expect("numpy readonly", "sendbuff", "__dlpack__() failed")
+
+    def test_versioned_capsules_and_their_read_only_flag(self):
+        if "versioned readonly input" not in self.out:
+            self.skipTest("numpy without DLPack 1.0 (max_version)")
+        self.assertIsNone(self.out["versioned readonly input"])
+        self.assertEqual(self.out["versioned values"], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+        self.assertEqual(self.out["versioned capsules"], [1, 1])  # versioned, not consumed
+        self.expect("versioned readonly output", "read-only", "writes the result")
 
 
 if __name__ == "__main__":
