@@ -547,6 +547,12 @@ void* AllocPrefaulted(size_t bytes) {
 }
 
 int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::string& title) {
+  if (o.root >= nranks) {  // checked here: a launcher's rank count is known only now
+    if (rank == 0)
+      std::fprintf(stderr, "loom-perf: -r/--root: %d is not a rank of this run (ranks 0 to %d)\n",
+                   o.root, nranks - 1);
+    return 2;
+  }
   // Every rank's pid and host name, gathered with a byte-wise sum over zeroed slots.
   constexpr size_t kSlot = 64;
   std::vector<char> infos(kSlot * nranks, 0);
@@ -591,7 +597,7 @@ int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::stri
     if (!ci->rooted)
       roots.push_back(-1);
     else if (o.root >= 0)
-      roots.push_back(o.root % nranks);
+      roots.push_back(o.root);
     else
       for (int r = 0; r < nranks; ++r) roots.push_back(r);
     static const OpInfo kNoOp = {loomSum, "none"};
@@ -888,6 +894,7 @@ Options ParseFlags(int argc, char** argv, const FlagSet& fs) {
     } else if (key == "-o") {
       op_name = value;
     } else if (key == "-C") {
+      if (value.empty()) Invalid(fs, "-C/--collective", value);
       coll_names = value;
     } else if (value.empty()) {
       Invalid(fs, name, value);

@@ -64,7 +64,9 @@ constexpr Var kVars[] = {
      "they stage through host memory",
      "NCCL_NET_GDR_LEVEL"},
     {"LOOM_SLOT_BYTES", "262144",
-     "bytes in one transport FIFO slot (the pipelining unit; 4096..2^30)", "NCCL_BUFFSIZE"},
+     "bytes in one transport FIFO slot (the pipelining unit; 4096..2^26: each connection holds "
+     "LOOM_FIFO_DEPTH of them each way)",
+     "NCCL_BUFFSIZE"},
     {"LOOM_FIFO_DEPTH", "4", "slots in each direction of a connection (2..16)"},
     {"LOOM_SPIN_COUNT", "-1",
      "polls of a wait before it yields (-1: 2000, or none when the ranks on this machine "
@@ -250,7 +252,7 @@ bool cudaIpcDisable() {
 LOOM_ENV_INT(cudaIpcBytes, "LOOM_CUDA_IPC_BYTES")
 // The transport and the tuner's cost model read the same value.
 int64_t slotBytes() {
-  static const int64_t value = toIntIn("LOOM_SLOT_BYTES", 4096, int64_t{1} << 30);
+  static const int64_t value = toIntIn("LOOM_SLOT_BYTES", 4096, int64_t{1} << 26);
   return value;
 }
 int64_t fifoDepth() {

@@ -52,6 +52,12 @@ for bad in "-C allreduce" "-a 4" "-r x" "-m 0" "-d quad" "-I 2" "-e 184467440737
   flag=${bad%% *}
   [ $rc -eq 2 ] && grep -q -- "$flag" <<<"$msg" || fail "'$bad': status $rc, message '$msg'"
 done
+msg=$("$perf" -C "" 2>&1)
+[ $? -eq 2 ] && grep -q -- "-C/--collective: ''" <<<"$msg" || fail "-C '': $msg"
+# A root past the run's ranks (known only once the ranks run): refused, not wrapped around.
+msg=$(timeout 120 "$perf" -np 2 -r 2 -C broadcast -b 8 -e 8 -n 1 -w 0 2>&1)
+[ $? -ne 0 ] && grep -q -- "-r/--root: 2 is not a rank of this run (ranks 0 to 1)" <<<"$msg" ||
+  fail "-r 2 on 2 ranks: $msg"
 # Settings out of range or unknown: the run goes on, and each is named in a warning.
 msg=$(LOOM_SLOT_BYTES=3 LOOM_FIFO_DEPTH=0 LOOM_KERNEL_ISA=bogus LOOM_DEBUG=loud \
       LOOM_ALGO='allgather:tree' LOOM_SCHEDULE_DUMP=/nonexistent/dir/s.json \

@@ -237,6 +237,14 @@ TEST(TraceInput, FolderAndFileErrors) {
   ASSERT_EQ(res.notes.size(), 1u);
   EXPECT_NE(res.notes[0].find("report.json"), std::string::npos);
   EXPECT_THROW(loadDumps({dir.file("report.json")}), NotADumpError);  // named outright: an error
+  // Another program's file that is not JSON at all: skipped in a folder too; named outright, or
+  // named as Loom names its dumps (a damaged dump), an error.
+  dir.write("notes.json", "junk");
+  res = loadDumps({dir.path()});
+  ASSERT_EQ(res.notes.size(), 2u);
+  EXPECT_NE(res.notes[0].find("notes.json: not valid JSON"), std::string::npos) << res.notes[0];
+  EXPECT_THROW(loadDumps({dir.file("notes.json")}), NotJsonError);
+  std::remove(dir.file("notes.json").c_str());
   // A pipe or a folder named *.json in the folder is passed over (a read of a pipe would block);
   // named outright, it is an error that says what it is.
   ASSERT_EQ(mkfifo(dir.file("pipe.json").c_str(), 0600), 0);

@@ -244,7 +244,7 @@ RankDump parseDocument(const std::string& text, const std::string& file) {
   try {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw TraceInputError(file + ": not valid JSON: " + e.what());
+    throw NotJsonError(file + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object() || !doc.contains("ops") || !doc.contains("rank"))
     throw NotADumpError(file + ": not a Loom trace dump (no \"rank\" and \"ops\")");
@@ -310,6 +310,10 @@ LoadResult loadDumps(const std::vector<std::string>& paths) {
         try {
           keep(parseDump(readWhole(f), f));
         } catch (const NotADumpError& e) {
+          res.notes.push_back(std::string("skipped ") + e.what());
+        } catch (const NotJsonError& e) {
+          const std::string name = f.substr(f.rfind('/') + 1);
+          if (name.rfind("loom-trace-", 0) == 0) throw;
           res.notes.push_back(std::string("skipped ") + e.what());
         }
       }

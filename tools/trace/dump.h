@@ -41,6 +41,13 @@ class NotADumpError : public TraceInputError {
   using TraceInputError::TraceInputError;
 };
 
+// A file that is not JSON at all. In a folder, one not named as Loom names its dumps
+// (loom-trace-*.json) is another program's, skipped as NotADumpError; a dump's is damaged.
+class NotJsonError : public TraceInputError {
+ public:
+  using TraceInputError::TraceInputError;
+};
+
 using MaybeNs = std::optional<int64_t>;
 
 // Times of some ranks, one per rank at most, held sparsely: (rank, ns) in ascending rank.
