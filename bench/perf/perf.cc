@@ -547,10 +547,14 @@ void* AllocPrefaulted(size_t bytes) {
 }
 
 int RunSweep(Backend& b, const Options& o, int rank, int nranks, const std::string& title) {
-  if (o.root >= nranks) {  // checked here: a launcher's rank count is known only now
+  // Checked here: a launcher's rank count is known only now. A run of unrooted collectives
+  // ignores the root, as nccl-tests does.
+  const bool rooted =
+      std::any_of(o.colls.begin(), o.colls.end(), [](const CollInfo* ci) { return ci->rooted; });
+  if (rooted && o.root >= nranks) {
     if (rank == 0)
-      std::fprintf(stderr, "loom-perf: -r/--root: %d is not a rank of this run (ranks 0 to %d)\n",
-                   o.root, nranks - 1);
+      std::fprintf(stderr, "-r/--root: %d is not a rank of this run (ranks 0 to %d)\n", o.root,
+                   nranks - 1);
     return 2;
   }
   // Every rank's pid and host name, gathered with a byte-wise sum over zeroed slots.

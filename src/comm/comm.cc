@@ -165,7 +165,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const loomUniqueId& id, int nranks, i
   if (!env::traceDir().empty()) trace::installSignalHandler();
   c->dumpRequestsSeen_ = trace::dumpRequests();
   const int64_t deadline = nowNs() + options.timeoutMs * 1000000;
-  const size_t slotBytes = static_cast<size_t>(env::slotBytes());  // 4096..2^30
+  const size_t slotBytes = static_cast<size_t>(env::slotBytes());  // 4096..2^26
   // Rings need two slots per link: a recv-reduce-send holds the incoming slot
   // while it waits for an outgoing one (the verifier proves depth 1 deadlocks). 2..16.
   const size_t depth = static_cast<size_t>(env::fifoDepth());

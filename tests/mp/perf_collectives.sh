@@ -58,6 +58,9 @@ msg=$("$perf" -C "" 2>&1)
 msg=$(timeout 120 "$perf" -np 2 -r 2 -C broadcast -b 8 -e 8 -n 1 -w 0 2>&1)
 [ $? -ne 0 ] && grep -q -- "-r/--root: 2 is not a rank of this run (ranks 0 to 1)" <<<"$msg" ||
   fail "-r 2 on 2 ranks: $msg"
+# ... and ignored where no collective of the run has a root, as nccl-tests does.
+msg=$(timeout 120 "$perf" -np 2 -r 3 -C all_reduce -b 8 -e 8 -n 1 -w 0 2>&1) ||
+  fail "-r 3 with all_reduce only on 2 ranks: $msg"
 # Settings out of range or unknown: the run goes on, and each is named in a warning.
 msg=$(LOOM_SLOT_BYTES=3 LOOM_FIFO_DEPTH=0 LOOM_KERNEL_ISA=bogus LOOM_DEBUG=loud \
       LOOM_ALGO='allgather:tree' LOOM_SCHEDULE_DUMP=/nonexistent/dir/s.json \

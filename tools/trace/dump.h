@@ -42,7 +42,8 @@ class NotADumpError : public TraceInputError {
 };
 
 // A file that is not JSON at all. In a folder, one not named as Loom names its dumps
-// (loom-trace-*.json) is another program's, skipped as NotADumpError; a dump's is damaged.
+// (loom-trace-*.json) is another program's, skipped with a note as a NotADumpError is; one so
+// named is a damaged dump, an error.
 class NotJsonError : public TraceInputError {
  public:
   using TraceInputError::TraceInputError;
